@@ -1,0 +1,4 @@
+#include "kshard/engine/version.hpp"
+namespace kshard {
+const char* version() noexcept { return "0.1.0"; }
+}

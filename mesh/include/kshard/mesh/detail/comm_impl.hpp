@@ -1,0 +1,84 @@
+#pragma once
+// The backend interface behind kshard::Communicator. Backends (mpi/, nccl/)
+// implement it on raw buffers; Communicator's templates check Views and
+// forward here. Not part of the user-facing API.
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kshard/dtype.hpp"
+#include "kshard/mesh/request.hpp"
+#include "kshard/mesh/trace.hpp"
+
+namespace kshard {
+
+enum class ReduceOp { sum, avg, max, min };
+enum class Backend { mpi, nccl };
+const char* reduce_op_name(ReduceOp op) noexcept;
+const char* backend_name(Backend b) noexcept;
+
+namespace detail {
+
+enum class MemKind { host, device };
+
+/// A collective's arguments on this rank, as the backends see them.
+struct CollArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t send_count = 0;  // elements
+  std::size_t recv_count = 0;  // elements
+  DType dtype = DType::f32;
+  MemKind mem = MemKind::host;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  bool blocking = false;  // backends may use their faster blocking call
+};
+
+class CommImpl {
+ public:
+  CommImpl(MPI_Comm control, std::string name);
+  virtual ~CommImpl();
+  CommImpl(const CommImpl&) = delete;
+  CommImpl& operator=(const CommImpl&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  const std::string& name() const noexcept { return trace_->name(); }
+  /// MPI communicator over the same ranks (NCCL comms keep one for control).
+  MPI_Comm control() const noexcept { return control_; }
+  CollectiveTrace& trace() noexcept { return *trace_; }
+  const std::shared_ptr<CollectiveTrace>& trace_handle() const noexcept { return trace_; }
+  bool validate() const noexcept { return validate_; }
+  void set_validate(bool on) noexcept { validate_ = on; }
+
+  virtual Backend backend() const noexcept = 0;
+  // Each returns nullptr when the operation is already complete (always so
+  // when args.blocking is set).
+  virtual std::unique_ptr<PendingOp> all_gather(const CollArgs& a) = 0;
+  virtual std::unique_ptr<PendingOp> reduce_scatter(const CollArgs& a) = 0;
+  virtual std::unique_ptr<PendingOp> all_reduce(const CollArgs& a) = 0;
+  virtual std::unique_ptr<PendingOp> broadcast(const CollArgs& a) = 0;
+  virtual void barrier();
+  /// Same ranks grouping as MPI_Comm_split; collective over this communicator.
+  virtual std::shared_ptr<CommImpl> split(int color, int key, const std::string& name) = 0;
+
+ protected:
+  MPI_Comm control_;  // owned: freed in the destructor
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  bool validate_ = true;
+  std::shared_ptr<CollectiveTrace> trace_;
+};
+
+std::shared_ptr<CommImpl> make_mpi_comm(MPI_Comm comm_to_dup, const std::string& name);
+/// NCCL communicator over the ranks of `comm` (unique id broadcast over MPI).
+/// Throws kshard::Error when kshard was built without NCCL.
+std::shared_ptr<CommImpl> make_nccl_comm(MPI_Comm comm, const std::string& name);
+bool nccl_available() noexcept;
+
+}  // namespace detail
+}  // namespace kshard

@@ -1,0 +1,115 @@
+#include "kshard/mesh/session.hpp"
+
+#include <chrono>
+#include <cstdlib>
+
+#include "device.hpp"
+#include "mpi/mpi_types.hpp"
+
+namespace kshard {
+namespace {
+Session* g_session = nullptr;
+
+std::string requested_backend(const SessionOptions& o) {
+  if (!o.backend.empty()) return o.backend;
+  const char* env = std::getenv("KSHARD_BACKEND");
+  return env && *env ? std::string(env) : std::string("auto");
+}
+}  // namespace
+
+Session::Session(int& argc, char**& argv, SessionOptions options) {
+  if (g_session)
+    throw Error("a second kshard::Session was constructed", "one Session per process");
+  const auto t0 = std::chrono::steady_clock::now();
+
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv,
+                    options.thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
+    owns_mpi_ = true;
+  }
+  // Errors in MPI calls come back as codes we turn into kshard::Error where it
+  // matters; the default handler would abort without saying which rank or why.
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  set_error_rank(rank_);
+
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
+
+  const int ndev = detail::device_count();
+  if (ndev > 0) {
+    device_id_ = local_rank_ % ndev;
+    device_sharers_ = local_size_ / ndev + (device_id_ < local_size_ % ndev ? 1 : 0);
+  }
+
+  if (!Kokkos::is_initialized()) {
+    compat::initialize_kokkos(argc, argv, device_id_);
+    owns_kokkos_ = true;
+  }
+  mpi_world_ = Communicator(detail::make_mpi_comm(MPI_COMM_WORLD, "world"));
+  g_session = this;
+
+  // The default backend must be the same on every rank.
+  int max_sharers = device_sharers_;
+  MPI_Allreduce(MPI_IN_PLACE, &max_sharers, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const std::string want = requested_backend(options);
+  const bool nccl_ok = detail::nccl_available() && ndev > 0 && max_sharers == 1;
+  if (want == "auto") {
+    default_backend_ = nccl_ok ? Backend::nccl : Backend::mpi;
+  } else if (want == "mpi") {
+    default_backend_ = Backend::mpi;
+  } else if (want == "nccl") {
+    if (!nccl_ok) {
+      g_session = nullptr;
+      const std::string why =
+          !detail::nccl_available() ? "kshard was built without NCCL"
+          : ndev == 0              ? "no GPU is visible"
+                                   : std::to_string(max_sharers) + " ranks share one GPU";
+      throw Error("backend nccl requested but " + why,
+                  "one GPU per rank and a build with NCCL (else KSHARD_BACKEND=mpi)");
+    }
+    default_backend_ = Backend::nccl;
+  } else {
+    g_session = nullptr;
+    throw Error("unknown backend '" + want + "' (KSHARD_BACKEND or SessionOptions::backend)",
+                "auto, mpi or nccl");
+  }
+  init_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Session::~Session() {
+  nccl_world_ = Communicator();
+  mpi_world_ = Communicator();
+  detail::mpi_free_ops();
+  if (owns_kokkos_) Kokkos::finalize();
+  if (owns_mpi_) MPI_Finalize();
+  g_session = nullptr;
+}
+
+Session& Session::current() {
+  if (!g_session)
+    throw Error("no kshard::Session is alive", "a kshard::Session constructed at the top of main");
+  return *g_session;
+}
+
+bool Session::active() noexcept { return g_session != nullptr; }
+
+const Communicator& Session::world() { return world(default_backend_); }
+
+const Communicator& Session::world(Backend backend) {
+  if (backend == Backend::mpi) return mpi_world_;
+  if (!nccl_world_.valid()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    nccl_world_ = Communicator(detail::make_nccl_comm(MPI_COMM_WORLD, "world.nccl"));
+    init_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return nccl_world_;
+}
+
+}  // namespace kshard

@@ -1,0 +1,2 @@
+#pragma once
+// kshard::optim umbrella header.

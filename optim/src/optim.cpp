@@ -1,0 +1,1 @@
+#include "kshard/optim/optim.hpp"
