@@ -95,9 +95,9 @@ class MpiComm final : public CommImpl {
   // Blocking calls reuse one staging pair per communicator; its label marks
   // it as a cache so the test harness' leak check does not count it.
   StageView staging(StageView& cache, std::size_t bytes, bool blocking, const char* label) {
-    if (!blocking) return StageView(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), bytes);
+    if (!blocking) return StageView(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), bytes);
     if (cache.extent(0) < bytes)
-      cache = StageView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kshard.cache:mpi_staging"),
+      cache = StageView(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kshard.cache:mpi_staging")),
                         bytes);
     return cache;
   }
