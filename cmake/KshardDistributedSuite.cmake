@@ -12,3 +12,51 @@ function(kshard_add_unit_test)
   add_test(NAME ${U_NAME} COMMAND ${U_NAME} --log_level=test_suite --report_level=short)
   set_tests_properties(${U_NAME} PROPERTIES LABELS "unit;${U_LABELS}" TIMEOUT ${U_TIMEOUT})
 endfunction()
+
+# kshard_add_distributed_suite(NAME <name> SOURCES <src...> NPROCS <n>
+#     [TIMEOUT <s>] [TEST_TIMEOUT <s>] [LABELS <l...>] [LIBRARIES <lib...>]
+#     [ARGS <suite args...>] [ENVIRONMENT <VAR=value...>])
+#   Builds a Boost.Test suite linked with kshard::testing and registers ONE
+#   CTest test that runs the whole suite in ONE launch: mpiexec -n <n> <suite>,
+#   label "distributed", PROCESSORS <n>. TIMEOUT bounds the launch (CTest);
+#   TEST_TIMEOUT is the watchdog's per-test default (KSHARD_TEST_TIMEOUT).
+#   NAME may also name an existing executable target (no SOURCES) to register
+#   another launch of it, e.g. at a different rank count: TARGET <exe>.
+if(NOT DEFINED KSHARD_RUN_SUITE)
+  set(KSHARD_RUN_SUITE "${CMAKE_CURRENT_LIST_DIR}/../tests/harness/kshard-run-suite")
+endif()
+
+function(kshard_add_distributed_suite)
+  cmake_parse_arguments(S "" "NAME;TARGET;NPROCS;TIMEOUT;TEST_TIMEOUT"
+                        "SOURCES;LABELS;LIBRARIES;ARGS;ENVIRONMENT" ${ARGN})
+  if(NOT S_NAME OR NOT S_NPROCS)
+    message(FATAL_ERROR "kshard_add_distributed_suite: NAME and NPROCS are required")
+  endif()
+  if(NOT S_TIMEOUT)
+    set(S_TIMEOUT 600)
+  endif()
+  if(NOT S_TEST_TIMEOUT)
+    set(S_TEST_TIMEOUT 60)
+  endif()
+  set(target ${S_TARGET})
+  if(NOT target)
+    set(target ${S_NAME})
+    add_executable(${target} ${S_SOURCES})
+    target_link_libraries(${target} PRIVATE kshard::testing ${S_LIBRARIES})
+  endif()
+  set(exec ${MPIEXEC_EXECUTABLE})
+  if(NOT exec)
+    set(exec mpiexec)
+  endif()
+  add_test(NAME ${S_NAME}
+    COMMAND ${KSHARD_RUN_SUITE} --np ${S_NPROCS}
+            --logs ${CMAKE_CURRENT_BINARY_DIR}/${S_NAME}.logs
+            --mpiexec ${exec} --test-timeout ${S_TEST_TIMEOUT}
+            --hard-timeout ${S_TIMEOUT}
+            -- $<TARGET_FILE:${target}> ${S_ARGS})
+  set_tests_properties(${S_NAME} PROPERTIES
+    LABELS "distributed;${S_LABELS}"
+    PROCESSORS ${S_NPROCS}
+    TIMEOUT ${S_TIMEOUT}
+    ENVIRONMENT "${S_ENVIRONMENT}")
+endfunction()

@@ -106,10 +106,17 @@ Request run_collective(CommImpl& impl, CollKind kind, const CollArgs& a) {
   if (kind == CollKind::broadcast && (a.root < 0 || a.root >= impl.size()))
     throw Error(where(impl, "broadcast") + ": root " + std::to_string(a.root) + " out of range",
                 "0 <= root < " + std::to_string(impl.size()));
-  if (impl.validate()) check_agreement(impl, kind, a);
-
+  // Traced from here: a rank stuck in the agreement check is stuck in this collective.
   const std::size_t bytes = a.send_count * dtype_size(a.dtype);
   const std::uint64_t seq = impl.trace().begin(kind_name(kind), bytes, dtype_name(a.dtype));
+  if (impl.validate()) {
+    try {
+      check_agreement(impl, kind, a);
+    } catch (...) {
+      impl.trace().finish(seq);
+      throw;
+    }
+  }
   std::unique_ptr<PendingOp> op;
   switch (kind) {
     case CollKind::all_gather: op = impl.all_gather(a); break;

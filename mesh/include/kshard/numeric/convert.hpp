@@ -64,7 +64,7 @@ struct Format {
     std::uint32_t r = mant >> shift;
     const std::uint32_t rem = mant & ((1u << shift) - 1u);
     const std::uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1u))) ++r;   // ties to even
+    if (rem >= half) ++r;   // ties to even
     // Normal: r holds the implicit bit, which adds the exponent's last step;
     // a carry out of the mantissa correctly bumps the exponent.
     const std::uint32_t out =
@@ -98,7 +98,11 @@ using E5M2 = Format<5, 2, false, true>;
 }  // namespace numeric_detail
 
 KOKKOS_INLINE_FUNCTION float to_float(bfloat16_t v) {
-  return numeric_detail::bits_float(std::uint32_t(v.bits) << 16);
+  std::uint32_t u = std::uint32_t(v.bits) << 16;
+  // A signalling bf16 NaN would otherwise widen to a signalling float NaN;
+  // set the quiet bit (payload and sign kept), as the other formats do.
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) u |= 0x00400000u;
+  return numeric_detail::bits_float(u);
 }
 KOKKOS_INLINE_FUNCTION float to_float(float16_t v) { return numeric_detail::F16::decode(v.bits); }
 KOKKOS_INLINE_FUNCTION float to_float(float8_e4m3_t v) {

@@ -1,0 +1,70 @@
+#pragma once
+// Private: the harness' per-process state, shared by the observer, the
+// fixtures and the watchdog thread.
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kshard/mesh/session.hpp"
+
+namespace kshard::testing::detail {
+
+struct TestOutcome {
+  std::vector<int> failing_ranks;
+  std::string skip_reason;
+  bool expected_failures = false;  // declared with expected_failures(n)
+};
+
+struct RunState {
+  // Fixed once main has started.
+  int rank = 0;
+  int size = 1;
+  std::string suite;
+  std::string log_dir;
+  std::string status_path;
+  MPI_Comm comm = MPI_COMM_NULL;
+  double default_timeout_s = 60;
+  std::unique_ptr<kshard::Session> session;
+
+  // The running test; guarded by mu (the watchdog reads it).
+  std::mutex mu;
+  std::string current;
+  std::chrono::steady_clock::time_point started;
+  double timeout_s = 60;
+  std::string phase;  // "body", "set-up sync", "tear-down sync"
+  std::atomic<int> failures_in_test{0};
+  // Failures raised by collective checks: seen on every rank, so they say
+  // nothing about this rank; their origin ranks are kept instead.
+  int collective_failures_in_test = 0;
+  std::vector<int> collective_origins;
+
+  // Results, identical on all ranks (they come from collective exchanges).
+  std::vector<std::string> order;
+  std::map<std::string, TestOutcome> outcomes;
+};
+
+RunState& state();
+/// The outcome record of test `name`, created (in run order) on first use.
+TestOutcome& outcome(const std::string& name);
+/// Rewrites this rank's status file: one line the launcher reads post mortem.
+void write_status(const std::string& line);
+/// Appends to this rank's diagnostics file (used by the watchdog).
+void append_diag(const std::string& text);
+void set_phase(const char* phase);
+
+void start_watchdog();
+void stop_watchdog();
+void install_memory_tracker();
+std::int64_t tracked_live_bytes();
+std::int64_t tracked_live_allocs();
+std::uint64_t tracked_alloc_seq();
+/// Labels of live allocations made after allocation number `since`.
+std::string tracked_live_labels(std::uint64_t since, std::size_t max_items);
+
+}  // namespace kshard::testing::detail
