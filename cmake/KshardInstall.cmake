@@ -18,7 +18,8 @@ endif()
 install(EXPORT kshardTargets NAMESPACE kshard:: DESTINATION ${KSHARD_CMAKE_DIR})
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/kshardConfig.cmake.in
-  ${PROJECT_BINARY_DIR}/kshardConfig.cmake INSTALL_DESTINATION ${KSHARD_CMAKE_DIR})
+  ${PROJECT_BINARY_DIR}/kshardConfig.cmake INSTALL_DESTINATION ${KSHARD_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_BINDIR)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/kshardConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES

@@ -1,1 +1,0 @@
-#include "kshard/optim/optim.hpp"
