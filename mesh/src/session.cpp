@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "device.hpp"
+#include "kshard/mesh/memory_tracker.hpp"
 #include "mpi/mpi_types.hpp"
 
 namespace kshard {
@@ -52,6 +53,7 @@ Session::Session(int& argc, char**& argv, SessionOptions options) {
     compat::initialize_kokkos(argc, argv, device_id_);
     owns_kokkos_ = true;
   }
+  memory::install();
   mpi_world_ = Communicator(detail::make_mpi_comm(MPI_COMM_WORLD, "world"));
   g_session = this;
 

@@ -90,7 +90,6 @@ struct GlobalFixture {
     int argc = master.argc;
     char** argv = master.argv;
     s.session = std::make_unique<kshard::Session>(argc, argv);
-    install_memory_tracker();
     utf::framework::register_observer(g_observer);
     start_watchdog();
     if (s.rank == 0) {

@@ -60,11 +60,5 @@ void set_phase(const char* phase);
 
 void start_watchdog();
 void stop_watchdog();
-void install_memory_tracker();
-std::int64_t tracked_live_bytes();
-std::int64_t tracked_live_allocs();
-std::uint64_t tracked_alloc_seq();
-/// Labels of live allocations made after allocation number `since`.
-std::string tracked_live_labels(std::uint64_t since, std::size_t max_items);
 
 }  // namespace kshard::testing::detail

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kshard/mesh/memory_tracker.hpp"
 #include "kshard/mesh/trace.hpp"
 #include "kshard/testing/collective_check.hpp"
 #include "kshard/testing/context.hpp"
@@ -44,9 +45,10 @@ TestFixture::TestFixture()
   detail::set_phase("set-up sync");
   check_same_test(current_test());
   MPI_Barrier(harness_comm());
-  live_bytes_at_start_ = detail::tracked_live_bytes();
-  live_allocs_at_start_ = detail::tracked_live_allocs();
-  alloc_seq_at_start_ = detail::tracked_alloc_seq();
+  const auto mem = kshard::memory::stats();
+  live_bytes_at_start_ = mem.live_bytes;
+  live_allocs_at_start_ = mem.live_allocs;
+  alloc_seq_at_start_ = kshard::memory::allocation_count();
   {
     auto& s = detail::state();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -70,11 +72,12 @@ TestFixture::~TestFixture() {
     BOOST_ERROR("test left " << inflight << " non-blocking collective(s) in flight (never waited)");
     local_problem = true;
   }
-  const std::int64_t leaked = detail::tracked_live_bytes() - live_bytes_at_start_;
-  const std::int64_t leaked_n = detail::tracked_live_allocs() - live_allocs_at_start_;
+  const auto mem = kshard::memory::stats();
+  const std::int64_t leaked = mem.live_bytes - live_bytes_at_start_;
+  const std::int64_t leaked_n = mem.live_allocs - live_allocs_at_start_;
   if (leaked_n > 0 || leaked > 0) {
     BOOST_ERROR("test leaked " << leaked << " bytes in " << leaked_n << " Kokkos allocation(s): "
-                               << detail::tracked_live_labels(alloc_seq_at_start_, 8));
+                               << kshard::memory::live_labels_since(alloc_seq_at_start_, 8));
     local_problem = true;
   }
   int stray = 0;

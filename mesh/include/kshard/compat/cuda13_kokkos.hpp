@@ -22,6 +22,13 @@
 //     and calls __half2double, which CUDA never had. The templates below accept
 //     exactly half_t, unwrap it and call CUDA's function (__half2double goes
 //     through float: exact, every half is a float).
+//  3. Not Kokkos, but every nvcc TU needs it and this header is the one every
+//     nvcc TU gets: Boost.Preprocessor before 1.75 (Debian has 1.74) turns
+//     variadic macros off under nvcc, so when any Boost header that pulls it
+//     in (boost/mpl/list.hpp, ...) comes before boost/test, BOOST_TEST and
+//     BOOST_DATA_TEST_CASE break ("identifier BOOST_TEST_TOOL_UNIV is
+//     undefined"). nvcc has handled variadic macros for years; Boost 1.75
+//     dropped the exclusion. We turn them back on.
 //
 // Known gaps it does not (cannot) close, so avoid them:
 //  - That same Kokkos path declares cast_to_half(bool) and
@@ -37,16 +44,21 @@
 // (__CUDACC__; both nvcc's host and device passes see the same declarations),
 // the runtime-API overloads exist only for CUDA >= 13, and the half_t
 // templates can never be chosen for anything but half_t. It assumes Kokkos 3.x
-// with its CUDA half_t (a class; Ampere or newer, the only archs CUDA 13
-// supports anyway). Kokkos >= 4.7 supports CUDA 13 itself: do not force-include
-// this header there (4.x spells half_t as an alias, which clashes with the
-// forward declaration below); define KSHARD_NO_CUDA13_KOKKOS_COMPAT to turn it off.
+// with its CUDA half_t, a class on every arch CUDA 13 supports (3.4 makes it an
+// alias only for Kepler/Maxwell). Kokkos >= 4.7 supports CUDA 13 itself: do not
+// force-include this header there (4.x spells half_t as an alias, which clashes
+// with the forward declaration below); KSHARD_NO_CUDA13_KOKKOS_COMPAT turns it off.
+//
 // A macro guard besides #pragma once: the source and the installed copy are
-// two files, and a consumer may force-include one while kshard's exported
-// flags name the other.
+// two files, and one TU may be handed both (build flags naming one, a
+// consumer's flags the other).
 #if defined(__CUDACC__) && !defined(KSHARD_NO_CUDA13_KOKKOS_COMPAT) && \
     !defined(KSHARD_COMPAT_CUDA13_KOKKOS_HPP)
 #define KSHARD_COMPAT_CUDA13_KOKKOS_HPP 1
+
+#if !defined(BOOST_PP_VARIADICS)
+#define BOOST_PP_VARIADICS 1
+#endif
 
 #include <cuda.h>  // CUDA_VERSION, the macro Kokkos tests
 #include <cuda_fp16.h>

@@ -64,7 +64,7 @@ struct Format {
     std::uint32_t r = mant >> shift;
     const std::uint32_t rem = mant & ((1u << shift) - 1u);
     const std::uint32_t half = 1u << (shift - 1);
-    if (rem >= half) ++r;   // ties to even
+    if (rem > half || (rem == half && (r & 1u))) ++r;   // ties to even
     // Normal: r holds the implicit bit, which adds the exponent's last step;
     // a carry out of the mantissa correctly bumps the exponent.
     const std::uint32_t out =

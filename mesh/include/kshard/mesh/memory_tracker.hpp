@@ -1,0 +1,36 @@
+#pragma once
+// Process-wide accounting of Kokkos allocations (through Kokkos' tool
+// callbacks, so every View counts, whoever made it): live and peak bytes per
+// memory space. The test harness uses it to catch leaks; training reports
+// peak memory per rank with it.
+//
+//   kshard::memory::install();                 // once, after Kokkos is up
+//   kshard::memory::reset_peak();
+//   ... train ...
+//   auto s = kshard::memory::stats();          // s.peak_bytes, s.live_bytes
+//
+// Allocations whose label starts with "kshard.cache:" are long-lived caches
+// (communicator staging buffers) and are counted separately.
+#include <cstdint>
+#include <string>
+
+namespace kshard::memory {
+
+struct Stats {
+  std::int64_t live_bytes = 0;    // excluding caches
+  std::int64_t live_allocs = 0;   // excluding caches
+  std::int64_t peak_bytes = 0;    // of live_bytes, since the last reset_peak()
+  std::int64_t cache_bytes = 0;   // live "kshard.cache:" allocations
+};
+
+/// Installs the Kokkos callbacks (idempotent). Session does this.
+void install();
+bool installed() noexcept;
+Stats stats() noexcept;
+void reset_peak() noexcept;
+/// Number of allocations made so far (a clock for live_labels_since).
+std::uint64_t allocation_count() noexcept;
+/// "'label' 4000 B, ..." of live non-cache allocations made after allocation `since`.
+std::string live_labels_since(std::uint64_t since, std::size_t max_items);
+
+}  // namespace kshard::memory
