@@ -1,0 +1,24 @@
+#pragma once
+// Element-wise casts between f32 and the 16-bit storage types on flat Views of
+// the default memory space, one kernel each. The sharded group uses them for
+// the all-gather copy-in (f32 master -> bf16/f16), the upcast after it, and
+// for the gradient reduce dtype.
+//
+//   kshard::cast_from_f32(master, bf16_shard);        // RNE
+//   kshard::cast_to_f32(bf16_full, full, /*accumulate=*/false);
+#include <Kokkos_Core.hpp>
+
+#include "kshard/numeric/types.hpp"
+
+namespace kshard {
+
+/// dst[i] = T(src[i]) with round-to-nearest-even; T = float, bfloat16_t, float16_t.
+template <class T>
+void cast_from_f32(Kokkos::View<const float*> src, Kokkos::View<T*> dst);
+/// dst[i] = float(src[i]) (accumulate: dst[i] += float(src[i])).
+template <class T>
+void cast_to_f32(Kokkos::View<const T*> src, Kokkos::View<float*> dst, bool accumulate = false);
+/// v[i] *= s.
+void scale_in_place(Kokkos::View<float*> v, float s);
+
+}  // namespace kshard

@@ -1,0 +1,40 @@
+#pragma once
+// Recipe: the mixed-precision policy of a sharded model (FSDP2's
+// MixedPrecisionPolicy; TransformerEngine's FSDP2 tests call this axis "recipe").
+//
+//   name   all-gather / compute-input dtype   reduce dtype   loss scaling
+//   fp32   f32                                f32            no
+//   bf16   bf16                               f32            no
+//   fp16   f16                                f16            dynamic
+//   fp8    e4m3 + one f32 scale per 128-elt block  f32      no
+//
+// Master weights, optimizer state and the sharded gradient are always f32.
+// Layers compute in f32 on the all-gathered values (upcast, or dequantized
+// for fp8), so each recipe rounds the parameters exactly where a real
+// low-precision all-gather does. fp8_init (the other axis of those tests):
+// the sharded parameter itself is kept as fp8 + scales between steps
+// (re-quantized after each optimizer step) and the all-gather sends those
+// bytes as they are; only meaningful for the fp8 recipe.
+#include <string>
+
+#include "kshard/dtype.hpp"
+
+namespace kshard {
+
+struct Recipe {
+  std::string name = "fp32";
+  DType gather_dtype = DType::f32;
+  DType reduce_dtype = DType::f32;
+  bool loss_scaling = false;
+  bool fp8_init = false;
+  int fp8_block = 128;
+
+  /// "fp32", "bf16", "fp16", "fp8"; throws kshard::Error otherwise, or for
+  /// fp8_init with a recipe other than fp8.
+  static Recipe parse(const std::string& name, bool fp8_init = false);
+  bool is_fp8() const noexcept { return gather_dtype == DType::e4m3; }
+  /// "fp8+fp8_init", "bf16", ...
+  std::string describe() const;
+};
+
+}  // namespace kshard

@@ -1,0 +1,139 @@
+#pragma once
+// ShardedGroup: one FSDP unit — the parameters of one module, flattened into
+// one padded buffer split evenly over the mesh's shard dimension.
+//
+//   kshard::ShardedGroup g("layers.0", layer.param_specs(), mesh, recipe);
+//   g.init_parameters(seed);           // each rank fills only its shard
+//   g.unshard();                       // ONE all-gather into a contiguous buffer
+//   layer.forward(x, s, g.params(), y);      // params: Views into that buffer
+//   g.reshard();                       // free it
+//   ...
+//   g.unshard();
+//   layer.backward(dy, g.params(), g.unsharded_grads(), dx);
+//   g.reduce_grads();                  // ONE reduce-scatter (avg) into g.grad()
+//   g.reshard();
+//
+// Per rank, between steps, a group holds: the f32 master shard (the sharded
+// parameter, updated by the optimizer), the f32 gradient shard, and, per
+// recipe, the low-precision shard the all-gather sends (bf16/f16 copy written
+// by the optimizer's kernel, or fp8 + block scales with fp8_init). While
+// unsharded it also holds the gathered buffer (f32 Views into it, or an f32
+// compute buffer upcast/dequantized from it) and, during backward, the f32
+// unsharded gradient buffer. HSDP (2-D mesh): gradients are reduce-scattered
+// over the shard dimension, then all-reduced (avg) over the replicate one.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+#include "kshard/engine/param_index.hpp"
+#include "kshard/engine/recipe.hpp"
+#include "kshard/mesh/device_mesh.hpp"
+
+namespace kshard {
+
+/// A low-precision shard that the optimizer refreshes from the master
+/// (data == nullptr: none).
+struct ModelParamRef {
+  DType dtype = DType::f32;
+  void* data = nullptr;
+  std::size_t count = 0;
+};
+
+class ShardedGroup {
+ public:
+  ShardedGroup(std::string name, const std::vector<ParamSpec>& specs, const DeviceMesh& mesh,
+               Recipe recipe);
+  ShardedGroup(const ShardedGroup&) = delete;
+  ShardedGroup& operator=(const ShardedGroup&) = delete;
+  ShardedGroup(ShardedGroup&&) = default;
+
+  const std::string& name() const noexcept { return name_; }
+  const ParamIndex& index() const noexcept { return index_; }
+  const Recipe& recipe() const noexcept { return recipe_; }
+  int shard_rank() const noexcept { return shard_rank_; }
+
+  /// Deterministic init of every parameter (key: "<group>.<param>"): each
+  /// rank fills its own slice, identical to an unsharded fill.
+  void init_parameters(std::uint64_t seed);
+  /// Sets the master shard from a full flat parameter vector (tests, loading).
+  void set_full_parameters(Kokkos::View<const float*> flat);
+
+  Kokkos::View<float*> master() const noexcept { return master_; }
+  Kokkos::View<float*> grad() const noexcept { return grad_; }
+  /// The low-precision shard the optimizer's kernel keeps equal to
+  /// cast(master) (bf16/f16 recipes); none otherwise.
+  ModelParamRef model_param() const noexcept;
+  /// Re-derives the low-precision shard from the master (after init, after an
+  /// optimizer step that did not write it, and for fp8_init: re-quantize).
+  void refresh_low_precision();
+
+  // ---- unshard / reshard ----
+  void start_unshard();
+  void finish_unshard();
+  void unshard() {
+    start_unshard();
+    finish_unshard();
+  }
+  bool unshard_pending() const noexcept { return gather_req_.pending() || gather_started_; }
+  bool is_unsharded() const noexcept { return unsharded_; }
+  /// Full parameters (Views of the f32 compute buffer), valid while unsharded.
+  const std::vector<Kokkos::View<const float*>>& params() const;
+  /// The whole gathered f32 buffer (padded), valid while unsharded.
+  Kokkos::View<const float*> flat_params() const;
+  void reshard();
+
+  // ---- gradients ----
+  /// Full-size f32 gradient Views (allocated and zeroed on first use; kept
+  /// across backward passes until reduced, so no_sync micro-batches accumulate).
+  const std::vector<Kokkos::View<float*>>& unsharded_grads();
+  bool has_unsharded_grads() const noexcept { return grad_full_.data() != nullptr; }
+  void start_reduce_grads();
+  void finish_reduce_grads();
+  void reduce_grads() {
+    start_reduce_grads();
+    finish_reduce_grads();
+  }
+  void zero_grad();
+
+  /// The f32 master parameters of the whole group (all-gathered; padding
+  /// dropped), on the host. Collective over the shard communicator.
+  std::vector<float> gather_master() const;
+
+  /// Bytes held between steps (master, grad, low-precision shard) on this rank.
+  std::size_t persistent_bytes() const noexcept;
+  /// Bytes of one unsharded copy (gather + compute buffers) of this group.
+  std::size_t unsharded_bytes() const noexcept;
+
+ private:
+  void fp8_pack(Kokkos::View<std::uint8_t*> packed) const;
+  std::size_t fp8_segment_bytes() const noexcept;
+
+  std::string name_;
+  Recipe recipe_;
+  ParamIndex index_;
+  Communicator shard_comm_, replicate_comm_;
+  int shard_rank_ = 0;
+
+  Kokkos::View<float*> master_, grad_;
+  Kokkos::View<std::uint8_t*> lp_shard_;  // bf16/f16 copy, or packed fp8 (fp8_init)
+
+  // Unsharded state.
+  Kokkos::View<std::uint8_t*> send_tmp_;  // fp8 without fp8_init: packed quantized shard
+  Kokkos::View<std::uint8_t*> gathered_;  // bytes of the gathered buffer (non-f32 recipes)
+  Kokkos::View<float*> full_;             // f32 full parameters
+  std::vector<Kokkos::View<const float*>> param_views_;
+  Request gather_req_;
+  bool gather_started_ = false;
+  bool unsharded_ = false;
+
+  // Gradient reduction.
+  Kokkos::View<float*> grad_full_;
+  std::vector<Kokkos::View<float*>> grad_views_;
+  Kokkos::View<std::uint8_t*> rs_send_, rs_recv_;
+  Request reduce_req_;
+  bool reduce_started_ = false;
+};
+
+}  // namespace kshard

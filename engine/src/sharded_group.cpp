@@ -1,0 +1,299 @@
+#include "kshard/engine/sharded_group.hpp"
+
+#include "kshard/engine/cast.hpp"
+#include "kshard/engine/fp8_block.hpp"
+#include "kshard/engine/init.hpp"
+#include "kshard/error.hpp"
+
+#include <algorithm>
+
+namespace kshard {
+namespace {
+
+template <class T>
+using Unmanaged = Kokkos::View<T*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// A typed window onto a byte buffer (the buffers below change dtype by recipe).
+template <class T>
+Unmanaged<T> typed(const Kokkos::View<std::uint8_t*>& bytes, std::size_t offset_bytes, std::size_t n) {
+  return Unmanaged<T>(reinterpret_cast<T*>(bytes.data() + offset_bytes), n);
+}
+
+Kokkos::View<std::uint8_t*> alloc_bytes(const std::string& label, std::size_t n) {
+  return Kokkos::View<std::uint8_t*>(Kokkos::view_alloc(label, Kokkos::WithoutInitializing), n);
+}
+Kokkos::View<float*> alloc_f32(const std::string& label, std::size_t n, bool zero) {
+  if (zero) return Kokkos::View<float*>(label, n);
+  return Kokkos::View<float*>(Kokkos::view_alloc(label, Kokkos::WithoutInitializing), n);
+}
+
+}  // namespace
+
+ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs,
+                           const DeviceMesh& mesh, Recipe recipe)
+    : name_(std::move(name)),
+      recipe_(std::move(recipe)),
+      index_(specs, mesh.shard_size(), ParamIndex::default_align, recipe_.fp8_block),
+      shard_comm_(mesh.shard_comm()),
+      replicate_comm_(mesh.replicate_comm()),
+      shard_rank_(mesh.shard_comm().rank()) {
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  master_ = alloc_f32(name_ + ".master", shard, true);
+  grad_ = alloc_f32(name_ + ".grad", shard, true);
+  if (recipe_.gather_dtype == DType::bf16 || recipe_.gather_dtype == DType::f16)
+    lp_shard_ = alloc_bytes(name_ + ".shard_lp", 2 * shard);
+  else if (recipe_.fp8_init)
+    lp_shard_ = alloc_bytes(name_ + ".shard_fp8", fp8_segment_bytes());
+  refresh_low_precision();
+}
+
+std::size_t ShardedGroup::fp8_segment_bytes() const noexcept {
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  return shard + sizeof(float) * fp8_num_blocks(shard, recipe_.fp8_block);
+}
+
+void ShardedGroup::fp8_pack(Kokkos::View<std::uint8_t*> packed) const {
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  fp8_quantize(master_, typed<float8_e4m3_t>(packed, 0, shard),
+               typed<float>(packed, shard, fp8_num_blocks(shard, recipe_.fp8_block)),
+               recipe_.fp8_block);
+}
+
+void ShardedGroup::init_parameters(std::uint64_t seed) {
+  const std::int64_t first = index_.shard_range(shard_rank_).first;
+  for (std::size_t i = 0; i < index_.size(); ++i) {
+    const ParamEntry& e = index_.entry(i);
+    for (const auto& p : index_.pieces_in_shard(i, shard_rank_)) {
+      auto dst = Kokkos::subview(master_, std::make_pair(p.flat_begin - first,
+                                                         p.flat_begin - first + p.count));
+      fill_init<float>(dst, e.init, seed, name_ + "." + e.name, p.param_begin);
+    }
+  }
+  refresh_low_precision();
+}
+
+void ShardedGroup::set_full_parameters(Kokkos::View<const float*> flat) {
+  if (std::int64_t(flat.extent(0)) != index_.flat_numel())
+    throw Error("set_full_parameters of '" + name_ + "' with " + std::to_string(flat.extent(0)) +
+                    " elements",
+                std::to_string(index_.flat_numel()) + " (the padded flat buffer)");
+  const auto [b, e] = index_.shard_range(shard_rank_);
+  Kokkos::deep_copy(master_, Kokkos::subview(flat, std::make_pair(b, e)));
+  refresh_low_precision();
+}
+
+ModelParamRef ShardedGroup::model_param() const noexcept {
+  if (recipe_.gather_dtype == DType::bf16 || recipe_.gather_dtype == DType::f16)
+    return ModelParamRef{recipe_.gather_dtype, lp_shard_.data(), std::size_t(index_.shard_numel())};
+  return {};
+}
+
+void ShardedGroup::refresh_low_precision() {
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  if (recipe_.gather_dtype == DType::bf16)
+    cast_from_f32<bfloat16_t>(master_, typed<bfloat16_t>(lp_shard_, 0, shard));
+  else if (recipe_.gather_dtype == DType::f16)
+    cast_from_f32<float16_t>(master_, typed<float16_t>(lp_shard_, 0, shard));
+  else if (recipe_.fp8_init)
+    fp8_pack(lp_shard_);
+}
+
+void ShardedGroup::start_unshard() {
+  if (unsharded_ || gather_started_) return;
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  const std::size_t flat = std::size_t(index_.flat_numel());
+  switch (recipe_.gather_dtype) {
+    case DType::f32:
+      // The gathered buffer IS the compute buffer: every parameter is a View into it.
+      full_ = alloc_f32(name_ + ".full", flat, false);
+      gather_req_ = shard_comm_.all_gather_async(master_, full_);
+      break;
+    case DType::bf16:
+      gathered_ = alloc_bytes(name_ + ".gathered", 2 * flat);
+      gather_req_ = shard_comm_.all_gather_async(typed<bfloat16_t>(lp_shard_, 0, shard),
+                                                 typed<bfloat16_t>(gathered_, 0, flat));
+      break;
+    case DType::f16:
+      gathered_ = alloc_bytes(name_ + ".gathered", 2 * flat);
+      gather_req_ = shard_comm_.all_gather_async(typed<float16_t>(lp_shard_, 0, shard),
+                                                 typed<float16_t>(gathered_, 0, flat));
+      break;
+    case DType::e4m3: {
+      // ONE all-gather of [fp8 values | block scales] per rank.
+      const std::size_t seg = fp8_segment_bytes();
+      Kokkos::View<std::uint8_t*> src = lp_shard_;
+      if (!recipe_.fp8_init) {
+        send_tmp_ = alloc_bytes(name_ + ".fp8_send", seg);
+        fp8_pack(send_tmp_);
+        src = send_tmp_;
+      }
+      gathered_ = alloc_bytes(name_ + ".gathered", seg * std::size_t(index_.shard_size()));
+      gather_req_ = shard_comm_.all_gather_async(src, gathered_);
+      break;
+    }
+    default:
+      throw Error("recipe '" + recipe_.name + "' gathers " + dtype_name(recipe_.gather_dtype),
+                  "f32, bf16, f16 or e4m3");
+  }
+  gather_started_ = true;
+}
+
+void ShardedGroup::finish_unshard() {
+  if (unsharded_) return;
+  if (!gather_started_) start_unshard();
+  gather_req_.wait();
+  gather_started_ = false;
+  send_tmp_ = {};
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  const std::size_t flat = std::size_t(index_.flat_numel());
+  if (recipe_.gather_dtype == DType::bf16) {
+    full_ = alloc_f32(name_ + ".full", flat, false);
+    cast_to_f32<bfloat16_t>(typed<bfloat16_t>(gathered_, 0, flat), full_);
+  } else if (recipe_.gather_dtype == DType::f16) {
+    full_ = alloc_f32(name_ + ".full", flat, false);
+    cast_to_f32<float16_t>(typed<float16_t>(gathered_, 0, flat), full_);
+  } else if (recipe_.gather_dtype == DType::e4m3) {
+    full_ = alloc_f32(name_ + ".full", flat, false);
+    const std::size_t seg = fp8_segment_bytes();
+    const std::size_t nb = fp8_num_blocks(shard, recipe_.fp8_block);
+    for (int r = 0; r < index_.shard_size(); ++r) {
+      const std::size_t base = std::size_t(r) * seg;
+      fp8_dequantize(typed<float8_e4m3_t>(gathered_, base, shard),
+                     typed<float>(gathered_, base + shard, nb),
+                     Kokkos::subview(full_, std::make_pair(r * shard, (r + 1) * shard)),
+                     recipe_.fp8_block);
+    }
+  }
+  gathered_ = {};
+  param_views_.clear();
+  for (const ParamEntry& e : index_.entries())
+    param_views_.push_back(Kokkos::subview(full_, std::make_pair(e.offset, e.offset + e.numel)));
+  unsharded_ = true;
+}
+
+const std::vector<Kokkos::View<const float*>>& ShardedGroup::params() const {
+  if (!unsharded_)
+    throw Error("params() of group '" + name_ + "' while it is sharded",
+                "unshard() (or finish_unshard()) first");
+  return param_views_;
+}
+
+Kokkos::View<const float*> ShardedGroup::flat_params() const {
+  if (!unsharded_)
+    throw Error("flat_params() of group '" + name_ + "' while it is sharded", "unshard() first");
+  return full_;
+}
+
+void ShardedGroup::reshard() {
+  if (gather_started_) finish_unshard();  // a collective in flight must complete first
+  param_views_.clear();
+  full_ = {};
+  unsharded_ = false;
+}
+
+const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
+  if (!grad_full_.data()) {
+    grad_full_ = alloc_f32(name_ + ".grad_full", std::size_t(index_.flat_numel()), true);
+    grad_views_.clear();
+    for (const ParamEntry& e : index_.entries())
+      grad_views_.push_back(
+          Kokkos::subview(grad_full_, std::make_pair(e.offset, e.offset + e.numel)));
+  }
+  return grad_views_;
+}
+
+void ShardedGroup::start_reduce_grads() {
+  if (reduce_started_) return;
+  unsharded_grads();  // a rank with nothing to add still takes part, with zeros
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  const std::size_t flat = std::size_t(index_.flat_numel());
+  switch (recipe_.reduce_dtype) {
+    case DType::f32:
+      rs_recv_ = alloc_bytes(name_ + ".rs_recv", 4 * shard);
+      reduce_req_ = shard_comm_.reduce_scatter_async(grad_full_, typed<float>(rs_recv_, 0, shard),
+                                                     ReduceOp::avg);
+      break;
+    case DType::bf16:
+    case DType::f16: {
+      rs_send_ = alloc_bytes(name_ + ".rs_send", 2 * flat);
+      rs_recv_ = alloc_bytes(name_ + ".rs_recv", 2 * shard);
+      if (recipe_.reduce_dtype == DType::bf16) {
+        cast_from_f32<bfloat16_t>(grad_full_, typed<bfloat16_t>(rs_send_, 0, flat));
+        reduce_req_ = shard_comm_.reduce_scatter_async(typed<bfloat16_t>(rs_send_, 0, flat),
+                                                       typed<bfloat16_t>(rs_recv_, 0, shard),
+                                                       ReduceOp::avg);
+      } else {
+        cast_from_f32<float16_t>(grad_full_, typed<float16_t>(rs_send_, 0, flat));
+        reduce_req_ = shard_comm_.reduce_scatter_async(typed<float16_t>(rs_send_, 0, flat),
+                                                       typed<float16_t>(rs_recv_, 0, shard),
+                                                       ReduceOp::avg);
+      }
+      grad_full_ = {};  // the low-precision copy is what is sent
+      grad_views_.clear();
+      break;
+    }
+    default:
+      throw Error("reduce dtype " + std::string(dtype_name(recipe_.reduce_dtype)),
+                  "f32, bf16 or f16");
+  }
+  reduce_started_ = true;
+}
+
+void ShardedGroup::finish_reduce_grads() {
+  if (!reduce_started_) start_reduce_grads();
+  reduce_req_.wait();
+  reduce_started_ = false;
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  const bool hsdp = replicate_comm_.size() > 1;
+  switch (recipe_.reduce_dtype) {
+    case DType::f32: {
+      auto r = typed<float>(rs_recv_, 0, shard);
+      if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
+      cast_to_f32<float>(r, grad_, true);
+      break;
+    }
+    case DType::bf16: {
+      auto r = typed<bfloat16_t>(rs_recv_, 0, shard);
+      if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
+      cast_to_f32<bfloat16_t>(r, grad_, true);
+      break;
+    }
+    default: {
+      auto r = typed<float16_t>(rs_recv_, 0, shard);
+      if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
+      cast_to_f32<float16_t>(r, grad_, true);
+      break;
+    }
+  }
+  Kokkos::fence();
+  rs_send_ = {};
+  rs_recv_ = {};
+  grad_full_ = {};
+  grad_views_.clear();
+}
+
+std::vector<float> ShardedGroup::gather_master() const {
+  Kokkos::View<float*> full(Kokkos::view_alloc(name_ + ".gather_master", Kokkos::WithoutInitializing),
+                            std::size_t(index_.flat_numel()));
+  shard_comm_.all_gather(master_, full);
+  std::int64_t end = 0;
+  for (const auto& e : index_.entries()) end = std::max(end, e.offset + e.numel);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
+  return std::vector<float>(h.data(), h.data() + end);
+}
+
+void ShardedGroup::zero_grad() { Kokkos::deep_copy(grad_, 0.0f); }
+
+std::size_t ShardedGroup::persistent_bytes() const noexcept {
+  return master_.span() * 4 + grad_.span() * 4 + lp_shard_.span();
+}
+
+std::size_t ShardedGroup::unsharded_bytes() const noexcept {
+  const std::size_t flat = std::size_t(index_.flat_numel());
+  std::size_t gathered = 0;
+  if (recipe_.gather_dtype == DType::bf16 || recipe_.gather_dtype == DType::f16) gathered = 2 * flat;
+  if (recipe_.is_fp8()) gathered = fp8_segment_bytes() * std::size_t(index_.shard_size());
+  return 4 * flat + gathered;
+}
+
+}  // namespace kshard
