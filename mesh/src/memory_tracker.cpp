@@ -28,7 +28,11 @@ Registry& reg() {
   return *r;
 }
 
-bool is_cache(const char* label) { return std::strncmp(label, "kshard.cache:", 13) == 0; }
+// Long-lived caches: ours, and Kokkos' own internal buffers (team scratch,
+// reduction scratch), which it keeps from the first kernel that needs them.
+bool is_cache(const char* label) {
+  return std::strncmp(label, "kshard.cache:", 13) == 0 || std::strncmp(label, "Kokkos::", 8) == 0;
+}
 
 void on_alloc(Kokkos::Profiling::SpaceHandle, const char* label, const void* ptr,
               std::uint64_t size) {

@@ -9,8 +9,9 @@
 //   ... train ...
 //   auto s = kshard::memory::stats();          // s.peak_bytes, s.live_bytes
 //
-// Allocations whose label starts with "kshard.cache:" are long-lived caches
-// (communicator staging buffers) and are counted separately.
+// Allocations whose label starts with "kshard.cache:" (communicator staging
+// buffers) or "Kokkos::" (Kokkos' internal scratch) are long-lived caches and
+// are counted separately.
 #include <cstdint>
 #include <string>
 

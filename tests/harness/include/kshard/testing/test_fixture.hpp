@@ -4,7 +4,7 @@
 // (so every rank's watchdog clock starts together). Tear-down, on every rank
 // even when the test threw: fence; this rank failed if it had a failed
 // assertion, threw, left a non-blocking collective in flight, leaked Kokkos
-// memory (allocations whose label starts "kshard.cache:" are long-lived
+// memory (allocations labelled "kshard.cache:..." or "Kokkos::..." are long-lived
 // caches and exempt) or left an unreceived message on MPI_COMM_WORLD; then the
 // ranks exchange that verdict, and the ranks that passed fail too with
 // "failed on ranks [...]", so the outcome of a test is the same everywhere.

@@ -1,0 +1,195 @@
+// ShardedGroup: unshard is exactly the unsharded parameters (per recipe),
+// reduce-scatter of gradients is exactly the average over the ranks (closed
+// form), including uneven sizes where whole ranks own only padding, HSDP, and
+// accumulation; and nothing stays allocated after reshard.
+#include <kshard/testing/harness.hpp>
+
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+
+#include <cmath>
+
+#include <kshard/engine/init.hpp>
+#include <kshard/engine/sharded_group.hpp>
+#include <kshard/mesh/memory_tracker.hpp>
+#include <kshard/numeric/convert.hpp>
+
+namespace kt = kshard::testing;
+namespace bdata = boost::unit_test::data;
+using kshard::DeviceMesh;
+using kshard::ParamSpec;
+using kshard::Recipe;
+using kshard::ShardedGroup;
+
+namespace {
+
+// A unit with awkward sizes: a scalar, an odd vector and a matrix; at 4 ranks
+// the flat buffer (512 elements) leaves ranks whose shard is all padding for
+// the "tiny" unit.
+std::vector<ParamSpec> specs(bool tiny) {
+  if (tiny) return {ParamSpec{"w", {5}, kshard::Init::uniform(1.0)}};
+  return {ParamSpec{"scale", {1}, kshard::Init::ones()},
+          ParamSpec{"bias", {37}, kshard::Init::normal(0.5)},
+          ParamSpec{"weight", {19, 23}, kshard::Init::uniform_fan_in(23)}};
+}
+
+// The unsharded reference: fill_init of each full parameter on its own.
+std::vector<std::vector<float>> reference(const std::vector<ParamSpec>& sp, std::uint64_t seed,
+                                          const std::string& unit) {
+  std::vector<std::vector<float>> out;
+  for (const auto& s : sp) {
+    Kokkos::View<float*> v("ref", s.numel());
+    kshard::fill_init<float>(v, s.init, seed, unit + "." + s.name, 0);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+    out.emplace_back(h.data(), h.data() + h.extent(0));
+  }
+  return out;
+}
+
+// Largest |got - want| / bound over the unit; bound per recipe: exact for f32,
+// half an ulp of bf16/f16 (RNE), and for fp8 the block-scaled e4m3 rounding,
+// at most 2^-4 relative to the block's power-of-two scale times 448.
+double worst_error(ShardedGroup& g, const std::vector<std::vector<float>>& ref, const Recipe& r) {
+  g.unshard();
+  double worst = 0;
+  const auto& params = g.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), params[i]);
+    for (std::size_t j = 0; j < ref[i].size(); ++j) {
+      const double want = ref[i][j], got = h(j);
+      double want_q = want;
+      double tol = 0;
+      if (r.gather_dtype == kshard::DType::bf16)
+        want_q = kshard::to_float(kshard::from_float<kshard::bfloat16_t>(float(want)));
+      else if (r.gather_dtype == kshard::DType::f16)
+        want_q = kshard::to_float(kshard::from_float<kshard::float16_t>(float(want)));
+      else if (r.is_fp8())
+        tol = std::fabs(want) * std::ldexp(1.0, -4) + 1e-30;  // relative half-ulp of e4m3 (3 bits)
+      const double err = std::fabs(got - want_q);
+      if (err > tol) worst = std::max(worst, tol > 0 ? err / tol : err + 1);
+    }
+  }
+  g.reshard();
+  return worst;
+}
+
+const char* kRecipes[] = {"fp32", "bf16", "fp16", "fp8"};
+
+}  // namespace
+
+KSHARD_TEST_SUITE(sharded_group)
+
+BOOST_DATA_TEST_CASE(unshard_matches_unsharded_init,
+                     bdata::xrange(4) * bdata::xrange(2) * bdata::xrange(2), recipe_i, tiny, hsdp) {
+  const int P = kt::world_size();
+  KSHARD_SKIP_IF(hsdp && P % 2 != 0, "HSDP needs an even world size");
+  const Recipe recipe = Recipe::parse(kRecipes[recipe_i]);
+  DeviceMesh mesh(kt::world(), hsdp ? std::vector<int>{2, P / 2} : std::vector<int>{P});
+  const auto sp = specs(tiny);
+  ShardedGroup g("unit", sp, mesh, recipe);
+  g.init_parameters(7);
+  const double worst = worst_error(g, reference(sp, 7, "unit"), recipe);
+  KSHARD_CHECK_ALL_MSG(worst == 0, recipe.name << ": worst error " << worst);
+}
+
+BOOST_AUTO_TEST_CASE(padding_only_ranks_exist_at_four_ranks) {
+  const int P = kt::world_size();
+  DeviceMesh mesh(kt::world(), {P});
+  ShardedGroup g("unit", specs(true), mesh, Recipe::parse("fp32"));
+  const auto pieces = g.index().pieces_in_shard(0, mesh.shard_comm().rank());
+  // 5 elements, 128-element shards: only rank 0 owns parameter elements.
+  KSHARD_CHECK_ALL((mesh.shard_comm().rank() == 0) == !pieces.empty());
+  KSHARD_CHECK_ALL(g.index().shard_numel() * P == g.index().flat_numel());
+}
+
+// Closed form: rank q sets gradient element j of the flat buffer to
+// (j % 11) + q; the average over P ranks is (j % 11) + (P - 1) / 2, exact in
+// f32 and f16 (halves of small integers) for the f32 / f16 reduce dtypes.
+BOOST_DATA_TEST_CASE(reduce_scatter_averages_over_all_ranks,
+                     bdata::xrange(4) * bdata::xrange(2) * bdata::xrange(2), recipe_i, tiny, hsdp) {
+  const int P = kt::world_size();
+  KSHARD_SKIP_IF(hsdp && P % 2 != 0, "HSDP needs an even world size");
+  const Recipe recipe = Recipe::parse(kRecipes[recipe_i]);
+  DeviceMesh mesh(kt::world(), hsdp ? std::vector<int>{2, P / 2} : std::vector<int>{P});
+  ShardedGroup g("unit", specs(tiny), mesh, recipe);
+  const auto& idx = g.index();
+  std::int64_t bad = 0;
+  for (int pass = 1; pass <= 2; ++pass) {  // the second pass accumulates
+    const auto& grads = g.unsharded_grads();
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      auto h = Kokkos::create_mirror_view(grads[i]);
+      for (std::int64_t j = 0; j < std::int64_t(h.extent(0)); ++j)
+        h(j) = float((idx.entry(i).offset + j) % 11 + kt::world_rank());
+      Kokkos::deep_copy(grads[i], h);
+    }
+    g.reduce_grads();
+    KSHARD_CHECK_ALL(!g.has_unsharded_grads());
+    auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.grad());
+    const auto [b, e] = idx.shard_range(g.shard_rank());
+    for (std::int64_t k = b; k < e; ++k) {
+      bool in_param = false;
+      for (const auto& en : idx.entries()) in_param |= k >= en.offset && k < en.offset + en.numel;
+      const double want = in_param ? pass * ((k % 11) + (P - 1) / 2.0) : 0.0;
+      bad += hg(k - b) != want;
+    }
+  }
+  KSHARD_CHECK_ALL_MSG(bad == 0, recipe.name << ": " << bad << " wrong gradient elements");
+  g.zero_grad();
+  auto hz = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.grad());
+  double s = 0;
+  for (std::size_t k = 0; k < hz.extent(0); ++k) s += std::fabs(hz(k));
+  KSHARD_CHECK_ALL(s == 0);
+}
+
+BOOST_AUTO_TEST_CASE(reshard_frees_the_unsharded_buffers) {
+  DeviceMesh mesh(kt::world(), {kt::world_size()});
+  for (const char* r : kRecipes) {
+    ShardedGroup g("unit", specs(false), mesh, Recipe::parse(r));
+    g.init_parameters(1);
+    const auto before = kshard::memory::stats().live_bytes;
+    g.start_unshard();
+    g.finish_unshard();
+    const auto during = kshard::memory::stats().live_bytes;
+    g.reshard();
+    const auto after = kshard::memory::stats().live_bytes;
+    KSHARD_CHECK_ALL_MSG(during > before && after == before,
+                         r << ": live bytes " << before << " -> " << during << " -> " << after);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp8_gather_moves_one_byte_per_parameter_plus_scales) {
+  DeviceMesh mesh(kt::world(), {kt::world_size()});
+  ShardedGroup g("unit", specs(false), mesh, Recipe::parse("fp8"));
+  g.init_parameters(3);
+  g.unshard();
+  const auto t = kt::world().trace();  // the mesh's shard comm is a split of the world
+  (void)t;
+  const auto& sc = mesh.shard_comm();
+  const auto last = sc.trace().back();
+  const std::size_t shard = std::size_t(g.index().shard_numel());
+  KSHARD_CHECK_ALL(std::string(last.op) == "all_gather" &&
+                   last.bytes == shard + 4 * (shard / 128) && std::string(last.dtype) == "u8");
+  g.reshard();
+}
+
+BOOST_AUTO_TEST_CASE(fp8_init_stores_the_shard_in_fp8) {
+  DeviceMesh mesh(kt::world(), {kt::world_size()});
+  ShardedGroup a("unit", specs(false), mesh, Recipe::parse("fp8"));
+  ShardedGroup b("unit", specs(false), mesh, Recipe::parse("fp8", true));
+  a.init_parameters(5);
+  b.init_parameters(5);
+  KSHARD_CHECK_ALL(b.persistent_bytes() > a.persistent_bytes());  // + fp8 shard and scales
+  a.unshard();
+  b.unshard();
+  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.flat_params());
+  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.flat_params());
+  std::int64_t diff = 0;
+  for (std::size_t k = 0; k < ha.extent(0); ++k) diff += ha(k) != hb(k);
+  KSHARD_CHECK_ALL(diff == 0);  // same master values quantize to the same bytes
+  a.reshard();
+  b.reshard();
+  KSHARD_CHECK_THROWS_ALL(Recipe::parse("bf16", true), kshard::Error);
+  KSHARD_CHECK_THROWS_ALL(Recipe::parse("int4"), kshard::Error);
+}
+
+KSHARD_TEST_SUITE_END()
