@@ -1,0 +1,391 @@
+#include "kshard/optim/fused_adam.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "grad_kernels.hpp"
+#include "kshard/error.hpp"
+#include "kshard/numeric/convert.hpp"
+#include "kshard/optim/grad_clip.hpp"
+
+namespace kshard {
+namespace {
+
+using namespace optim_detail;
+using HostBuf = Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+/// Marks "no model-parameter copy" in the kernel's template arguments.
+struct NoModel {};
+
+/// Everything the update needs besides the data, precomputed on the host so
+/// that the kernel has no branches on options: each option is a coefficient.
+struct AdamCoefs {
+  float gscale;        // (maximize ? -1 : 1) * clip_coef / loss_scale
+  float l2;            // weight decay added to the gradient (Adam), else 0
+  float decay;         // 1 - lr * wd (AdamW), else 1
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float step_size;     // lr / (1 - beta1^t), or lr without bias correction
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t), or 1
+  float eps;
+};
+
+// Moments are loaded as float and stored with round-to-nearest-even.
+KOKKOS_INLINE_FUNCTION float load(float x) { return x; }
+KOKKOS_INLINE_FUNCTION float load(bfloat16_t x) { return to_float(x); }
+
+/// The whole Adam update of one element, one pass: reads master, grad, m, v;
+/// writes master, m, v (and the model copy). 28 B per element with fp32
+/// moments and no model copy: the minimum for this algorithm.
+template <class M, class P>
+struct AdamUpdate {
+  using ModelT = std::conditional_t<std::is_same_v<P, NoModel>, float, P>;
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  Kokkos::View<float*, MemSpace, Unmanaged> master;
+  Kokkos::View<const float*, MemSpace, Unmanaged> grad;
+  Kokkos::View<M*, MemSpace, Unmanaged> m, v;
+  Kokkos::View<ModelT*, MemSpace, Unmanaged> model;
+  AdamCoefs c;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const float p0 = master(i);
+    const float g = grad(i) * c.gscale + c.l2 * p0;
+    const float mi = c.beta1 * load(m(i)) + c.one_minus_beta1 * g;
+    const float vi = c.beta2 * load(v(i)) + c.one_minus_beta2 * (g * g);
+    const float denom = Kokkos::Experimental::sqrt(vi) * c.inv_sqrt_bc2 + c.eps;
+    const float p1 = p0 * c.decay - c.step_size * (mi / denom);
+    master(i) = p1;
+    m(i) = from_float<M>(mi);
+    v(i) = from_float<M>(vi);
+    if constexpr (!std::is_same_v<P, NoModel>) model(i) = from_float<P>(p1);
+  }
+};
+
+/// The same update on host execution spaces, one block per index, as plain
+/// loops the compiler vectorises: moments first, then the block's square
+/// roots (host_sqrt), then master and model copy. Same operations in the
+/// same order as AdamUpdate, so both give the same results.
+template <class M, class P>
+struct AdamUpdateHost {
+  float* master;
+  const float* grad;
+  M* m;
+  M* v;
+  P* model;
+  std::int64_t n;
+  AdamCoefs c;
+
+  void operator()(const std::int64_t b) const {
+    const std::int64_t begin = b * kHostBlock;
+    const int len = int(n - begin < kHostBlock ? n - begin : kHostBlock);
+    float* __restrict p = master + begin;
+    const float* __restrict g = grad + begin;
+    M* __restrict mm = m + begin;
+    M* __restrict vv = v + begin;
+    alignas(64) float m_new[kHostBlock];
+    alignas(64) float root[kHostBlock];
+    for (int j = 0; j < len; ++j) {
+      const float gj = g[j] * c.gscale + c.l2 * p[j];
+      const float mi = c.beta1 * load(mm[j]) + c.one_minus_beta1 * gj;
+      const float vi = c.beta2 * load(vv[j]) + c.one_minus_beta2 * (gj * gj);
+      mm[j] = from_float<M>(mi);
+      vv[j] = from_float<M>(vi);
+      m_new[j] = mi;
+      root[j] = vi;
+    }
+    host_sqrt(root, len);
+    for (int j = 0; j < len; ++j) {
+      const float denom = root[j] * c.inv_sqrt_bc2 + c.eps;
+      p[j] = p[j] * c.decay - c.step_size * (m_new[j] / denom);
+    }
+    if constexpr (!std::is_same_v<P, NoModel>) {
+      P* __restrict out = model + begin;
+      for (int j = 0; j < len; ++j) out[j] = from_float<P>(p[j]);
+    }
+  }
+};
+
+template <class M, class P>
+void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*>& grad,
+                   M* m, M* v, void* model, const AdamCoefs& c) {
+  const auto n = std::int64_t(master.size());
+  if constexpr (is_host_exec_v<ExecSpace>) {
+    AdamUpdateHost<M, P> k{master.data(), grad.data(), m, v, static_cast<P*>(model), n, c};
+    Kokkos::parallel_for("kshard.optim.adam_update", Range(0, host_blocks(n)), k);
+  } else {
+    AdamUpdate<M, P> k;
+    k.master = decltype(k.master)(master.data(), n);
+    k.grad = decltype(k.grad)(grad.data(), n);
+    k.m = decltype(k.m)(m, n);
+    k.v = decltype(k.v)(v, n);
+    if constexpr (!std::is_same_v<P, NoModel>)
+      k.model = decltype(k.model)(static_cast<P*>(model), n);
+    k.c = c;
+    Kokkos::parallel_for("kshard.optim.adam_update", Range(0, n), k);
+  }
+}
+
+template <class M>
+void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*>& grad,
+                   M* m, M* v, const ModelParamView& model, const AdamCoefs& c) {
+  if (!model.present())
+    launch_update<M, NoModel>(master, grad, m, v, nullptr, c);
+  else if (model.dtype() == DType::bf16)
+    launch_update<M, bfloat16_t>(master, grad, m, v, model.data(), c);
+  else
+    launch_update<M, float16_t>(master, grad, m, v, model.data(), c);
+}
+
+/// Every rank learns whether some rank found a bad argument: that rank
+/// throws its own message, the others an error naming it, so no rank is
+/// left waiting in a later collective. `extra` values ride along (reduced
+/// with max) and come back in place.
+void agree(const Communicator& world, const std::string& local_problem,
+           const std::string& expected, const char* who, std::vector<double>& extra) {
+  std::vector<double> buf;
+  buf.push_back(local_problem.empty() ? 0.0 : double(world.rank() + 1));
+  buf.insert(buf.end(), extra.begin(), extra.end());
+  world.all_reduce(HostBuf(buf.data(), buf.size()), ReduceOp::max);
+  if (!local_problem.empty()) throw Error(std::string(who) + ": " + local_problem, expected);
+  if (buf[0] > 0)
+    throw Error(std::string(who) + ": invalid arguments on rank " + std::to_string(int(buf[0]) - 1) +
+                    " of " + world.name() + " (its error says which)",
+                "valid arguments on every rank");
+  for (std::size_t k = 0; k < extra.size(); ++k) extra[k] = buf[k + 1];
+}
+
+std::string check_options(const AdamOptions& o) {
+  std::ostringstream bad;
+  auto finite = [](float x) { return std::isfinite(x); };
+  if (!finite(o.lr) || o.lr < 0) bad << "lr = " << o.lr << "; ";
+  if (!finite(o.beta1) || o.beta1 < 0 || o.beta1 >= 1) bad << "beta1 = " << o.beta1 << "; ";
+  if (!finite(o.beta2) || o.beta2 < 0 || o.beta2 >= 1) bad << "beta2 = " << o.beta2 << "; ";
+  if (!finite(o.eps) || o.eps < 0) bad << "eps = " << o.eps << "; ";
+  if (!finite(o.weight_decay) || o.weight_decay < 0)
+    bad << "weight_decay = " << o.weight_decay << "; ";
+  if (o.moment_dtype != DType::f32 && o.moment_dtype != DType::bf16)
+    bad << "moment_dtype = " << dtype_name(o.moment_dtype) << "; ";
+  std::string s = bad.str();
+  if (!s.empty()) s.resize(s.size() - 2);
+  return s;
+}
+
+/// 52-bit FNV-1a of the options (exact as a double), so ranks can compare them.
+double fingerprint(const AdamOptions& o) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (float f : {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}) mix(&f, sizeof f);
+  for (bool b : {o.decoupled, o.bias_correction, o.maximize}) mix(&b, sizeof b);
+  mix(&o.moment_dtype, sizeof o.moment_dtype);
+  return double(h & ((std::uint64_t(1) << 52) - 1));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- ModelParamView
+
+ModelParamView::ModelParamView(Kokkos::View<bfloat16_t*> v)
+    : present_(true), dtype_(DType::bf16), data_(v.data()), n_(v.size()), bf16_(std::move(v)) {}
+ModelParamView::ModelParamView(Kokkos::View<float16_t*> v)
+    : present_(true), dtype_(DType::f16), data_(v.data()), n_(v.size()), f16_(std::move(v)) {}
+
+ModelParamView ModelParamView::raw(DType dtype, void* data, std::size_t n) {
+  ModelParamView m;
+  m.present_ = true;
+  m.dtype_ = dtype;
+  m.data_ = data;
+  m.n_ = n;
+  return m;
+}
+
+double GradStats::norm() const { return std::sqrt(sum_squares); }
+
+// ---------------------------------------------------------------- FusedAdam
+
+FusedAdam::FusedAdam(AdamOptions options, Communicator shard_comm, Communicator world)
+    : options_(options), shard_comm_(std::move(shard_comm)), world_(std::move(world)) {
+  if (!world_.valid() || !shard_comm_.valid())
+    throw Error("FusedAdam: a null communicator", "the shard and world communicators of a mesh");
+  std::string problem = check_options(options_);
+  if (problem.empty() && (shard_comm_.size() > world_.size() ||
+                          world_.size() % shard_comm_.size() != 0)) {
+    problem = "shard communicator of " + std::to_string(shard_comm_.size()) +
+              " ranks in a world of " + std::to_string(world_.size());
+  }
+  const double h = fingerprint(options_);
+  std::vector<double> extra = {h, -h};
+  agree(world_, problem,
+        "lr >= 0, 0 <= beta1, beta2 < 1, eps >= 0, weight_decay >= 0, moment_dtype f32 or bf16, "
+        "and a shard communicator whose size divides the world's",
+        "FusedAdam", extra);
+  if (extra[0] != -extra[1])
+    throw Error("FusedAdam: ranks of " + world_.name() + " were given different AdamOptions",
+                "the same options on every rank");
+}
+
+int FusedAdam::add_group(Kokkos::View<float*> master, Kokkos::View<float*> grad,
+                         ModelParamView model) {
+  const int g = int(groups_.size());
+  std::ostringstream bad;
+  const std::size_t n = master.size();
+  if (grad.size() != n)
+    bad << "master has " << n << " elements but grad has " << grad.size() << "; ";
+  if (n > 0 && master.data() == grad.data()) bad << "master and grad are the same memory; ";
+  if (model.present()) {
+    if (model.dtype() != DType::bf16 && model.dtype() != DType::f16)
+      bad << "model-parameter copy of dtype " << dtype_name(model.dtype()) << "; ";
+    if (model.size() != n)
+      bad << "model-parameter copy has " << model.size() << " elements for " << n
+          << " master elements; ";
+    if (model.size() > 0 && model.data() == nullptr) bad << "model-parameter copy is null; ";
+  }
+  std::string problem = bad.str();
+  if (!problem.empty()) problem = "group " + std::to_string(g) + ": " + problem.substr(0, problem.size() - 2);
+  std::vector<double> none;
+  agree(world_, problem,
+        "master and grad of equal size, distinct memory, and a bf16/f16 model copy of that size "
+        "(or none)",
+        "FusedAdam::add_group", none);
+
+  Group grp{std::move(master), std::move(grad), std::move(model), {}};
+  grp.state.moment_dtype = options_.moment_dtype;
+  const std::string tag = "[" + std::to_string(g) + "]";
+  if (options_.moment_dtype == DType::f32) {
+    grp.state.exp_avg = Kokkos::View<float*>("kshard.optim.exp_avg" + tag, n);
+    grp.state.exp_avg_sq = Kokkos::View<float*>("kshard.optim.exp_avg_sq" + tag, n);
+  } else {
+    grp.state.exp_avg_bf16 = Kokkos::View<bfloat16_t*>("kshard.optim.exp_avg" + tag, n);
+    grp.state.exp_avg_sq_bf16 = Kokkos::View<bfloat16_t*>("kshard.optim.exp_avg_sq" + tag, n);
+  }
+  groups_.push_back(std::move(grp));
+  partials_ = Kokkos::View<double*>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kshard.optim.grad_stats")),
+      2 * groups_.size());
+  return g;
+}
+
+GradStats FusedAdam::grad_stats(float loss_scale) { return collect_stats(loss_scale, 0.0); }
+
+GradStats FusedAdam::collect_stats(float loss_scale, double max_grad_norm) {
+  // Bad arguments are agreed on in the flag's collective below: no extra message.
+  std::string problem;
+  if (!(std::isfinite(loss_scale) && loss_scale > 0))
+    problem = "loss_scale = " + std::to_string(loss_scale) + " ";
+  if (!(max_grad_norm >= 0) || !std::isfinite(max_grad_norm))
+    problem += "max_grad_norm = " + std::to_string(max_grad_norm);
+  const double ng = double(groups_.size());
+
+  // 1. One reduction kernel per non-empty group, all into one device buffer.
+  for (std::size_t k = 0; k < groups_.size(); ++k)
+    if (groups_[k].grad.size() > 0) launch_sum_squares(groups_[k].grad, partials_.data() + 2 * k);
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), partials_);
+  double sum = 0.0, nonfinite = 0.0;
+  for (std::size_t k = 0; k < groups_.size(); ++k) {
+    if (groups_[k].grad.size() == 0) continue;
+    sum += host(2 * k);
+    nonfinite += host(2 * k + 1);
+  }
+
+  // 2. The non-finite flag over the world (every rank must skip together),
+  // with the group count and the loss-scale check riding along; then the sum
+  // of squares over the shard group only.
+  std::vector<double> extra = {nonfinite, ng, -ng};
+  agree(world_, problem, "a finite loss_scale > 0 and max_grad_norm >= 0 (0: no clipping)",
+        "FusedAdam::step", extra);
+  if (extra[1] != -extra[2])
+    throw Error("FusedAdam::grad_stats: ranks hold between " + std::to_string(-extra[2]) +
+                    " and " + std::to_string(extra[1]) + " parameter groups (this rank: " +
+                    std::to_string(groups_.size()) + ")",
+                "the same number of groups on every rank (add_group is collective)");
+  shard_comm_.all_reduce(HostBuf(&sum, 1), ReduceOp::sum);
+
+  GradStats s;
+  const double inv = 1.0 / double(loss_scale);
+  s.sum_squares = sum * inv * inv;
+  s.found_nonfinite = extra[0] > 0;
+  return s;
+}
+
+StepResult FusedAdam::apply(const GradStats& stats, float loss_scale, double max_grad_norm) {
+  if (!(std::isfinite(loss_scale) && loss_scale > 0))
+    throw Error("FusedAdam::apply: loss_scale = " + std::to_string(loss_scale),
+                "a finite loss_scale > 0");
+  if (!(max_grad_norm >= 0) || !std::isfinite(max_grad_norm))
+    throw Error("FusedAdam::apply: max_grad_norm = " + std::to_string(max_grad_norm),
+                "max_grad_norm >= 0 (0: no clipping)");
+  StepResult r;
+  r.grad_norm = stats.norm();
+  r.found_nonfinite = stats.found_nonfinite || !std::isfinite(r.grad_norm);
+  if (r.found_nonfinite) {
+    r.skipped = true;
+    r.step = step_;
+    return r;
+  }
+  r.clip_coef = clip_coefficient(r.grad_norm, max_grad_norm);
+
+  const AdamOptions& o = options_;
+  const std::int64_t t = step_ + 1;
+  const double b1 = o.beta1, b2 = o.beta2;
+  const double bc1 = o.bias_correction ? 1.0 - std::pow(b1, double(t)) : 1.0;
+  const double bc2 = o.bias_correction ? 1.0 - std::pow(b2, double(t)) : 1.0;
+  AdamCoefs c;
+  c.gscale = float((o.maximize ? -1.0 : 1.0) * r.clip_coef / double(loss_scale));
+  c.l2 = o.decoupled ? 0.f : o.weight_decay;
+  c.decay = o.decoupled ? float(1.0 - double(o.lr) * double(o.weight_decay)) : 1.f;
+  c.beta1 = o.beta1;
+  c.one_minus_beta1 = 1.f - o.beta1;
+  c.beta2 = o.beta2;
+  c.one_minus_beta2 = 1.f - o.beta2;
+  c.step_size = float(double(o.lr) / bc1);
+  c.inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  c.eps = o.eps;
+
+  // 3. One update kernel per non-empty group. Empty groups have nothing to
+  // update, but the step still counts on this rank like on every other.
+  for (const Group& grp : groups_) {
+    if (grp.master.size() == 0) continue;
+    if (o.moment_dtype == DType::f32)
+      launch_update<float>(grp.master, grp.grad, grp.state.exp_avg.data(),
+                           grp.state.exp_avg_sq.data(), grp.model, c);
+    else
+      launch_update<bfloat16_t>(grp.master, grp.grad, grp.state.exp_avg_bf16.data(),
+                                grp.state.exp_avg_sq_bf16.data(), grp.model, c);
+  }
+  step_ = t;
+  r.step = step_;
+  return r;
+}
+
+StepResult FusedAdam::step(float loss_scale, double max_grad_norm) {
+  return apply(collect_stats(loss_scale, max_grad_norm), loss_scale, max_grad_norm);
+}
+
+const FusedAdam::Group& FusedAdam::group(int g, const char* who) const {
+  if (g < 0 || g >= int(groups_.size()))
+    throw Error(std::string(who) + ": group " + std::to_string(g),
+                "a group index in [0, " + std::to_string(groups_.size()) + ")");
+  return groups_[std::size_t(g)];
+}
+
+std::size_t FusedAdam::group_size(int g) const { return group(g, "FusedAdam::group_size").master.size(); }
+
+const AdamGroupState& FusedAdam::state(int g) const { return group(g, "FusedAdam::state").state; }
+
+void FusedAdam::set_step_count(std::int64_t step) {
+  if (step < 0)
+    throw Error("FusedAdam::set_step_count(" + std::to_string(step) + ")", "a step count >= 0");
+  step_ = step;
+}
+
+void FusedAdam::set_lr(float lr) {
+  if (!std::isfinite(lr) || lr < 0)
+    throw Error("FusedAdam::set_lr(" + std::to_string(lr) + ")", "a finite lr >= 0");
+  options_.lr = lr;
+}
+
+}  // namespace kshard
