@@ -180,24 +180,27 @@ Diff compare(const RunResult& a, const RunResult& b) {
 }
 
 // Tolerances, per recipe. The sharded and the reference run differ only in
-// the order of floating-point sums (the gradient reduce-scatter adds N local
-// means where the reference takes one mean over the global batch).
-// - fp32: those are f32 rounding differences (~1e-7 relative) propagated
-//   through 3 Adam steps of lr 1e-3: losses agree to 1e-5 relative and
-//   parameters to 1e-5 absolute.
-// - bf16 / fp8: the same f32 differences can flip the rounding of a master
-//   value to bf16 (8-bit mantissa) or e4m3 (3-bit) when it sits at a tie,
-//   changing one weight by an ulp in that step's forward; with 3 steps the
-//   loss moves < 1e-3 relative; parameters move by at most 3 * lr = 3e-3 for a
-//   weight whose Adam update direction flipped, and in practice far less.
-// - fp16: gradients are reduce-scattered in fp16 (11-bit mantissa), so their
-//   sums round differently: same bounds as bf16.
+// the order of floating-point sums (the gradient reduce-scatter averages N
+// local means where the reference takes one mean over the global batch; GEMMs
+// see different row counts).
+// - fp32: f32 rounding differences (~1e-7 relative) through 3 Adam steps of
+//   lr 1e-3: losses to 1e-5 relative, parameters to 1e-5 absolute. Measured on
+//   the host at 2 and 4 ranks: 4e-8 and 1.2e-6.
+// - bf16 / fp8: the forward sees the master rounded to bf16 / e4m3, which hides
+//   those differences unless a master value sits at a rounding tie (then one
+//   weight moves by one ulp); bound 1e-4 on both. Measured: 2e-15 and 4e-7.
+// - fp16: gradients are reduce-scattered in fp16 (11-bit significand), so the
+//   sums round differently, by up to 2^-11 relative; where a gradient is tiny
+//   (|g| ~ Adam's eps) the normalised update lr * m / (sqrt(v) + eps) can move
+//   by a sizeable fraction of lr = 1e-3 per step: parameters to 3e-3 over 3
+//   steps, losses to 1e-4. Measured: 6e-7 and 6e-4.
 struct Tol {
   double loss_rel, param_abs;
 };
 Tol tolerance(const Recipe& r) {
   if (r.name == "fp32") return {1e-5, 1e-5};
-  return {1e-3, 3e-3};
+  if (r.name == "fp16") return {1e-4, 3e-3};
+  return {1e-4, 1e-4};
 }
 
 }  // namespace
@@ -229,6 +232,8 @@ BOOST_DATA_TEST_CASE(sharded_equals_unsharded,
 
   const Diff d = compare(sharded, ref);
   const Tol tol = tolerance(c.recipe);
+  BOOST_TEST_MESSAGE("measured: loss rel diff " << d.loss_rel << ", param abs diff " << d.param_abs
+                                               << ", final loss " << sharded.losses.back());
   KSHARD_CHECK_ALL_MSG(d.same_shape, "parameter shapes differ");
   KSHARD_CHECK_ALL_MSG(d.loss_rel <= tol.loss_rel && d.param_abs <= tol.param_abs,
                        c.recipe.describe() << " " << DeviceMesh::describe(shape) << " "
