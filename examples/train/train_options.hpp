@@ -1,0 +1,57 @@
+#pragma once
+// TrainOptions: kshard-train's command line (Boost.Program_options) and its
+// validation.
+//
+//   kshard_train::ParsedOptions p = kshard_train::parse_options(argc, argv, world_size);
+//   if (p.help) { print p.help_text on rank 0; exit 0 }
+//   // p.options is valid; or parse_options threw OptionError
+//
+// Parsing and validation are local and deterministic: every rank sees the
+// same argv and the same world size, so every rank reaches the same verdict
+// without communicating. That is what lets a bad option end every rank with
+// the same message and exit code before any collective could hang.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kshard_train {
+
+/// A bad command line; what() names the option and what was expected.
+class OptionError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainOptions {
+  std::vector<int> mesh;  ///< resolved shape: [N] or [replicate, shard]
+  std::string recipe = "fp32";
+  bool fp8_init = false;
+  int layers = 2;
+  int width = 64;
+  int heads = 4;
+  int vocab = 64;
+  int seq = 32;
+  int batch = 8;  ///< sequences per rank per micro-batch
+  int steps = 40;
+  int accum = 1;  ///< micro-batches per optimizer step
+  double lr = 3e-3;
+  double clip = 1.0;  ///< max global grad norm, 0 = off
+  std::uint64_t seed = 1234;
+  bool reshard_after_forward = true;
+  bool bench = false;  ///< also print one machine-readable "BENCH {json}" line
+};
+
+struct ParsedOptions {
+  bool help = false;
+  std::string help_text;
+  TrainOptions options;
+};
+
+/// Throws OptionError for anything that is not a valid run on world_size ranks.
+ParsedOptions parse_options(int argc, char** argv, int world_size);
+
+/// "2x2" -> {2, 2}; "4" -> {4}. Throws OptionError.
+std::vector<int> parse_mesh(const std::string& text);
+
+}  // namespace kshard_train

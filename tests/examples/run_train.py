@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Test driver for kshard-train: launches it under mpiexec and checks, per
+rank, what it returned and printed.
+
+Each rank runs inside a small shell wrapper that prints
+"KSHARD_RANK_EXIT rank=<r> rc=<code>" after the program ends, so the driver
+sees every rank's exit code (mpiexec alone reports one code for the job). The
+first error case is also launched without the wrapper, to check the code
+mpiexec itself returns.
+
+  run_train.py --mpiexec mpiexec --exe build/h5/examples/train/kshard-train --np 2 \
+      --expect-learning --run=                       # default run: loss must fall
+  run_train.py ... --expect-steps 3 "--run=--mesh 1x2 --recipe bf16 --accum 2 --steps 3"
+  run_train.py ... --expect-error 2 "--case=--width 0 is out of range::--width 0"
+
+Success runs (--run): every rank exits 0, rank 0 prints a step line per step
+and the summary with finite losses; with --expect-learning the last loss must
+be well below the first and below the uniform guess ln(vocab).
+With --expect-same-losses TOL, every run's per-step losses must match the
+first run's (a leading np=N word of ARGS sets that run's rank count).
+Error cases (--case NEEDLE::ARGS; leading NAME=VALUE words of ARGS set the environment): every rank exits with the given code and
+every rank's stderr line "[rank r] kshard-train: error: ..." contains NEEDLE.
+Abort cases (--abort-case NEEDLE::ARGS): only some ranks fail; the job must
+end with a non-zero code and the failing rank's message, instead of hanging.
+A launch that runs past --timeout is a failure (a hang), not a wait.
+"""
+import argparse
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+# The wrapper itself exits 0: mpiexec aborts the job as soon as one process
+# exits non-zero, which could kill a rank before it reports its own code.
+WRAP = ('"$0" "$@"; rc=$?; '
+        'echo "KSHARD_RANK_EXIT rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-?}} rc=$rc"; exit 0')
+
+
+def launch(a, args, wrap=True):
+    env = dict(os.environ)
+    np = a.np
+    # A leading np=N word launches N ranks instead of --np.
+    if args and re.match(r"^np=\d+$", args[0]):
+        np = int(args.pop(0)[3:])
+    # Leading NAME=VALUE words set the environment of the launch.
+    while args and re.match(r"^[A-Z_][A-Z0-9_]*=", args[0]):
+        k, v = args.pop(0).split("=", 1)
+        env[k] = v
+    env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+    cmd = [a.mpiexec, "-n", str(np), "--bind-to", "none"]
+    cmd += ["bash", "-c", WRAP, a.exe, *args] if wrap else [a.exe, *args]
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    a.last_np = np
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=a.timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        print(out)
+        raise Failure(f"launch ran past {a.timeout} s (a hang?)")
+    rcs = {}
+    for m in re.finditer(r"KSHARD_RANK_EXIT rank=(\S+) rc=(\d+)", p.stdout):
+        rcs[m.group(1)] = int(m.group(2))
+    return p, rcs
+
+
+class Failure(Exception):
+    pass
+
+
+def show(p):
+    sys.stdout.write(p.stdout)
+    if p.stderr:
+        sys.stdout.write("--- stderr ---\n" + p.stderr)
+    sys.stdout.flush()
+
+
+def check_run(a, argstr):
+    args = shlex.split(argstr)
+    p, rcs = launch(a, args)
+    show(p)
+    ranks = {str(r) for r in range(a.last_np)}
+    if set(rcs) != ranks:
+        raise Failure(f"exit codes seen for ranks {sorted(rcs)}, expected {sorted(ranks)} "
+                      f"(mpiexec rc {p.returncode})")
+    bad = {r: c for r, c in rcs.items() if c != 0}
+    if bad:
+        raise Failure(f"ranks exited with {bad}")
+    steps = re.findall(r"^step\s+(\d+)/(\d+)\s+loss (\S+)", p.stdout, re.M)
+    if not steps:
+        raise Failure("no step lines on rank 0")
+    if a.expect_steps is not None and len(steps) != a.expect_steps:
+        raise Failure(f"{len(steps)} step lines, expected {a.expect_steps}")
+    m = re.search(r"^summary: first_loss=(\S+) last_loss=(\S+) \(uniform (\S+), floor (\S+)\)",
+                  p.stdout, re.M)
+    if not m:
+        raise Failure("no summary line with first_loss/last_loss")
+    first, last, uniform, floor = (float(x) for x in m.groups())
+    if not (math.isfinite(first) and math.isfinite(last)):
+        raise Failure(f"non-finite loss: first {first}, last {last}")
+    for word in ("tokens/s mean", "persistent per rank", "ZeRO-3 bound", "peak per rank"):
+        if word not in p.stdout:
+            raise Failure(f"summary lacks '{word}'")
+    if a.expect_learning:
+        # "Clearly below": at most 60% of the first loss and at least 1 nat
+        # under the uniform guess (the task's floor is 0.5 nats).
+        if not (last < 0.6 * first and last < uniform - 1.0):
+            raise Failure(f"loss did not fall enough: first {first:.4f}, last {last:.4f} "
+                          f"(uniform {uniform:.3f}, floor {floor:.3f})")
+        print(f"OK: loss {first:.4f} -> {last:.4f} (uniform {uniform:.3f}, floor {floor:.3f})")
+    return [float(x[2]) for x in steps]
+
+
+def check_error(a, case, plain=False):
+    if "::" not in case:
+        raise Failure(f"--case '{case}' is not NEEDLE::ARGS")
+    needle, argstr = case.split("::", 1)
+    p, rcs = launch(a, shlex.split(argstr))
+    show(p)
+    ranks = {str(r) for r in range(a.np)}
+    if set(rcs) != ranks:
+        raise Failure(f"[{argstr}] exit codes seen for ranks {sorted(rcs)}, expected all of "
+                      f"{sorted(ranks)}")
+    wrong = {r: c for r, c in rcs.items() if c != a.expect_error}
+    if wrong:
+        raise Failure(f"[{argstr}] ranks exited with {wrong}, expected {a.expect_error} on all")
+    for r in sorted(ranks):
+        lines = [l for l in p.stderr.splitlines() if l.startswith(f"[rank {r}] kshard-train: error:")]
+        if not lines:
+            raise Failure(f"[{argstr}] rank {r} printed no '[rank {r}] kshard-train: error:' line")
+        if not any(needle in l for l in lines):
+            raise Failure(f"[{argstr}] rank {r}'s message does not name the problem "
+                          f"('{needle}'): {lines}")
+    if re.search(r"^step ", p.stdout, re.M):
+        raise Failure(f"[{argstr}] training started despite the bad option")
+    print(f"OK: [{argstr}] -> exit {a.expect_error} on every rank, message names '{needle}'")
+    if plain:
+        p, _ = launch(a, shlex.split(argstr), wrap=False)
+        if p.returncode != a.expect_error:
+            show(p)
+            raise Failure(f"[{argstr}] mpiexec returned {p.returncode}, expected {a.expect_error}")
+        print(f"OK: [{argstr}] -> mpiexec itself returns {a.expect_error}")
+
+
+def check_abort(a, case):
+    """Only some ranks fail: the job must end (abort), not hang."""
+    needle, argstr = case.split("::", 1)
+    t0 = time.monotonic()
+    p, rcs = launch(a, shlex.split(argstr), wrap=False)
+    took = time.monotonic() - t0
+    show(p)
+    if p.returncode == 0:
+        raise Failure(f"[{argstr}] mpiexec returned 0 although a rank failed")
+    if needle not in p.stderr:
+        raise Failure(f"[{argstr}] no message naming '{needle}'")
+    if "aborting the job so that no rank hangs" not in p.stderr:
+        raise Failure(f"[{argstr}] the failing rank did not say that it aborts the job")
+    print(f"OK: [{argstr}] -> job aborted after {took:.1f} s (mpiexec rc {p.returncode})")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--exe", required=True)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--run", action="append", default=[], help="arguments of a successful run")
+    ap.add_argument("--expect-learning", action="store_true")
+    ap.add_argument("--expect-steps", type=int)
+    ap.add_argument("--expect-same-losses", type=float, metavar="TOL",
+                    help="every --run's step losses must equal the first run's within TOL")
+    ap.add_argument("--expect-error", type=int)
+    ap.add_argument("--case", action="append", default=[], help="NEEDLE::ARGS of a bad run")
+    ap.add_argument("--abort-case", action="append", default=[],
+                    help="NEEDLE::ARGS of a run in which only some ranks fail")
+    a = ap.parse_args()
+    if not a.run and not a.case and not a.abort_case:
+        ap.error("nothing to run: give --run and/or --case")
+    if a.case and a.expect_error is None:
+        ap.error("--case needs --expect-error CODE")
+    failures = []
+    curves = []
+    for r in a.run:
+        try:
+            curves.append((r, check_run(a, r)))
+        except Failure as e:
+            failures.append(f"run [{r}]: {e}")
+    if a.expect_same_losses is not None and len(curves) == len(a.run):
+        ref_args, ref = curves[0]
+        for args, c in curves[1:]:
+            diff = max((abs(x - y) for x, y in zip(ref, c)), default=0.0)
+            if len(c) != len(ref) or diff > a.expect_same_losses:
+                failures.append(f"run [{args}] losses {c} differ from [{ref_args}] {ref} "
+                                f"by up to {diff:.2e} (tolerance {a.expect_same_losses:g})")
+            else:
+                print(f"OK: [{args}] step losses match [{ref_args}] within {diff:.1e}")
+    for i, c in enumerate(a.case):
+        try:
+            check_error(a, c, plain=i == 0)
+        except Failure as e:
+            failures.append(str(e))
+    for c in a.abort_case:
+        try:
+            check_abort(a, c)
+        except Failure as e:
+            failures.append(str(e))
+    for f in failures:
+        print("FAIL: " + f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
