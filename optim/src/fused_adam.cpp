@@ -36,32 +36,94 @@ struct AdamCoefs {
 KOKKOS_INLINE_FUNCTION float load(float x) { return x; }
 KOKKOS_INLINE_FUNCTION float load(bfloat16_t x) { return to_float(x); }
 
-/// The whole Adam update of one element, one pass: reads master, grad, m, v;
-/// writes master, m, v (and the model copy). 28 B per element with fp32
-/// moments and no model copy: the minimum for this algorithm.
+/// The whole Adam update of one element: new master from the old one, the
+/// gradient and the moments (updated in place). Shared by the device kernels.
+KOKKOS_INLINE_FUNCTION float adam_element(const AdamCoefs& c, float p0, float grad, float& m,
+                                          float& v) {
+  const float g = grad * c.gscale + c.l2 * p0;
+  m = c.beta1 * m + c.one_minus_beta1 * g;
+  v = c.beta2 * v + c.one_minus_beta2 * (g * g);
+  const float denom = Kokkos::Experimental::sqrt(v) * c.inv_sqrt_bc2 + c.eps;
+  return p0 * c.decay - c.step_size * (m / denom);
+}
+
+// 16-byte and 8-byte vectors for the device kernel's wide loads and stores.
+struct alignas(16) Float4 {
+  float x[4];
+};
+struct alignas(8) Half4 {
+  std::uint16_t x[4];
+};
+
+template <class T>
+KOKKOS_INLINE_FUNCTION void load4(const T* p, float (&out)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const Float4 f = *reinterpret_cast<const Float4*>(p);
+    for (int k = 0; k < 4; ++k) out[k] = f.x[k];
+  } else {
+    const Half4 h = *reinterpret_cast<const Half4*>(p);
+    for (int k = 0; k < 4; ++k) out[k] = to_float(T{h.x[k]});
+  }
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION void store4(T* p, const float (&in)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    Float4 f;
+    for (int k = 0; k < 4; ++k) f.x[k] = in[k];
+    *reinterpret_cast<Float4*>(p) = f;
+  } else {
+    Half4 h;
+    for (int k = 0; k < 4; ++k) h.x[k] = from_float<T>(in[k]).bits;
+    *reinterpret_cast<Half4*>(p) = h;
+  }
+}
+
+/// The device kernel, one pass over the shard: reads master, grad, m, v;
+/// writes master, m, v (and the model copy) — 28 B per element with fp32
+/// moments and no model copy, the minimum for this algorithm. With every
+/// pointer aligned (Kokkos allocations are), index q < quads handles
+/// elements 4q..4q+3 with 16-byte loads and stores (more bytes in flight per
+/// thread: what an HBM GPU needs to approach its copy bandwidth); the few
+/// indices after them take the ragged tail, one element each, so the group
+/// is still one launch. quads == 0 gives the plain one-element-per-index kernel.
 template <class M, class P>
 struct AdamUpdate {
-  using ModelT = std::conditional_t<std::is_same_v<P, NoModel>, float, P>;
-  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
-  Kokkos::View<float*, MemSpace, Unmanaged> master;
-  Kokkos::View<const float*, MemSpace, Unmanaged> grad;
-  Kokkos::View<M*, MemSpace, Unmanaged> m, v;
-  Kokkos::View<ModelT*, MemSpace, Unmanaged> model;
+  float* master;
+  const float* grad;
+  M* m;
+  M* v;
+  P* model;
+  std::int64_t quads;
   AdamCoefs c;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    const float p0 = master(i);
-    const float g = grad(i) * c.gscale + c.l2 * p0;
-    const float mi = c.beta1 * load(m(i)) + c.one_minus_beta1 * g;
-    const float vi = c.beta2 * load(v(i)) + c.one_minus_beta2 * (g * g);
-    const float denom = Kokkos::Experimental::sqrt(vi) * c.inv_sqrt_bc2 + c.eps;
-    const float p1 = p0 * c.decay - c.step_size * (mi / denom);
-    master(i) = p1;
-    m(i) = from_float<M>(mi);
-    v(i) = from_float<M>(vi);
-    if constexpr (!std::is_same_v<P, NoModel>) model(i) = from_float<P>(p1);
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t q) const {
+    if (q < quads) {
+      const std::int64_t i = 4 * q;
+      float p[4], g[4], mm[4], vv[4];
+      load4(master + i, p);
+      load4(grad + i, g);
+      load4(m + i, mm);
+      load4(v + i, vv);
+      for (int k = 0; k < 4; ++k) p[k] = adam_element(c, p[k], g[k], mm[k], vv[k]);
+      store4(master + i, p);
+      store4(m + i, mm);
+      store4(v + i, vv);
+      if constexpr (!std::is_same_v<P, NoModel>) store4(model + i, p);
+      return;
+    }
+    const std::int64_t i = 3 * quads + q;  // = 4 * quads + (q - quads)
+    float mi = load(m[i]), vi = load(v[i]);
+    const float p1 = adam_element(c, master[i], grad[i], mi, vi);
+    master[i] = p1;
+    m[i] = from_float<M>(mi);
+    v[i] = from_float<M>(vi);
+    if constexpr (!std::is_same_v<P, NoModel>) model[i] = from_float<P>(p1);
   }
 };
+
+inline bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
 
 /// The same update on host execution spaces, one block per index, as plain
 /// loops the compiler vectorises: moments first, then the block's square
@@ -112,19 +174,19 @@ void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*
                    M* m, M* v, void* model, const AdamCoefs& c) {
   const auto n = std::int64_t(master.size());
   if constexpr (is_host_exec_v<ExecSpace>) {
-    AdamUpdateHost<M, P> k{master.data(), grad.data(), m, v, static_cast<P*>(model), n, c};
-    Kokkos::parallel_for("kshard.optim.adam_update", Range(0, host_blocks(n)), k);
-  } else {
-    AdamUpdate<M, P> k;
-    k.master = decltype(k.master)(master.data(), n);
-    k.grad = decltype(k.grad)(grad.data(), n);
-    k.m = decltype(k.m)(m, n);
-    k.v = decltype(k.v)(v, n);
-    if constexpr (!std::is_same_v<P, NoModel>)
-      k.model = decltype(k.model)(static_cast<P*>(model), n);
-    k.c = c;
-    Kokkos::parallel_for("kshard.optim.adam_update", Range(0, n), k);
+    if (!portable_kernels()) {
+      AdamUpdateHost<M, P> k{master.data(), grad.data(), m, v, static_cast<P*>(model), n, c};
+      Kokkos::parallel_for("kshard.optim.adam_update", Range(0, host_blocks(n)), k);
+      return;
+    }
   }
+  const std::size_t wide = sizeof(M) == 4 ? 16 : 8;
+  bool vec = aligned(master.data(), 16) && aligned(grad.data(), 16) && aligned(m, wide) &&
+             aligned(v, wide);
+  if constexpr (!std::is_same_v<P, NoModel>) vec = vec && aligned(model, 8);
+  const std::int64_t quads = vec ? n / 4 : 0;
+  AdamUpdate<M, P> k{master.data(), grad.data(), m, v, static_cast<P*>(model), quads, c};
+  Kokkos::parallel_for("kshard.optim.adam_update", Range(0, n - 3 * quads), k);
 }
 
 template <class M>

@@ -8,6 +8,7 @@
 // accumulators for the reductions; see host_sqrt for the square root).
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -23,6 +24,17 @@ using MemSpace = ExecSpace::memory_space;
 using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
 
 inline constexpr int kHostBlock = 512;
+
+/// KSHARD_OPTIM_PORTABLE_KERNELS=1 runs the device-shaped kernels on a host
+/// build too, so that host CI covers their indexing (wide loads, tails,
+/// alignment fallback). Read once.
+inline bool portable_kernels() {
+  static const bool on = [] {
+    const char* e = std::getenv("KSHARD_OPTIM_PORTABLE_KERNELS");
+    return e != nullptr && *e != '\0' && *e != '0';
+  }();
+  return on;
+}
 
 inline std::int64_t host_blocks(std::int64_t n) { return (n + kHostBlock - 1) / kHostBlock; }
 
@@ -121,12 +133,14 @@ void launch_sum_squares(const Kokkos::View<const float*, MemSpace>& grad, double
   Kokkos::View<double*, MemSpace, Kokkos::MemoryUnmanaged> out(result, 2);
   const auto n = std::int64_t(grad.size());
   if constexpr (is_host_exec_v<Exec>) {
-    Kokkos::parallel_reduce("kshard.optim.grad_sum_squares", Policy(0, host_blocks(n)),
-                            SumSquaresNonfiniteHost{2, grad.data(), n}, out);
-  } else {
-    Kokkos::parallel_reduce("kshard.optim.grad_sum_squares", Policy(0, n),
-                            SumSquaresNonfinite(grad), out);
+    if (!portable_kernels()) {
+      Kokkos::parallel_reduce("kshard.optim.grad_sum_squares", Policy(0, host_blocks(n)),
+                              SumSquaresNonfiniteHost{2, grad.data(), n}, out);
+      return;
+    }
   }
+  Kokkos::parallel_reduce("kshard.optim.grad_sum_squares", Policy(0, n),
+                          SumSquaresNonfinite(grad), out);
 }
 
 struct ScaleInPlace {

@@ -98,7 +98,7 @@ std::vector<double> decode_all(const Kokkos::View<T*>& v) {
 /// lr_schedule (optional) sets a new lr before each step, through set_lr.
 Outcome run_case(const kshard::AdamOptions& opts, int model, float loss_scale, bool clip,
                  std::size_t n, int steps, std::uint64_t seed,
-                 const std::vector<float>& lr_schedule = {}) {
+                 const std::vector<float>& lr_schedule = {}, std::size_t offset = 0) {
   Outcome out;
   Data data(seed);
   const std::vector<float> p0 = data.params(n);
@@ -109,12 +109,22 @@ Outcome run_case(const kshard::AdamOptions& opts, int model, float loss_scale, b
 
   const auto& world = kt::world();
   kshard::FusedAdam opt(opts, world, world);
-  Vec master = to_view(p0, "test.master"), grad("test.grad", n);
-  Kokkos::View<kshard::bfloat16_t*> model_bf16("test.model_bf16", model == 1 ? n : 0);
-  Kokkos::View<kshard::float16_t*> model_f16("test.model_f16", model == 2 ? n : 0);
+  // offset > 0: the Views start `offset` elements into their allocations,
+  // so they are not 16-byte aligned (the wide-load kernel must not be used).
+  Vec master_mem("test.master", n + offset), grad_mem("test.grad", n + offset);
+  Kokkos::View<kshard::bfloat16_t*> bf16_mem("test.model_bf16", model == 1 ? n + offset : 0);
+  Kokkos::View<kshard::float16_t*> f16_mem("test.model_f16", model == 2 ? n + offset : 0);
+  Vec master(master_mem.data() + offset, n), grad(grad_mem.data() + offset, n);
+  from_host(master, p0);
+  Kokkos::View<kshard::bfloat16_t*> model_bf16(bf16_mem.data() + (model == 1 ? offset : 0),
+                                               model == 1 ? n : 0);
+  Kokkos::View<kshard::float16_t*> model_f16(f16_mem.data() + (model == 2 ? offset : 0),
+                                             model == 2 ? n : 0);
   kshard::ModelParamView mp;
-  if (model == 1) mp = model_bf16;
-  if (model == 2) mp = model_f16;
+  if (model == 1) mp = kshard::ModelParamView::raw(kshard::DType::bf16, model_bf16.data(), n);
+  if (model == 2) mp = kshard::ModelParamView::raw(kshard::DType::f16, model_f16.data(), n);
+  if (offset == 0 && model == 1) mp = model_bf16;  // the View constructor, too
+  if (offset == 0 && model == 2) mp = model_f16;
   const int g = opt.add_group(master, grad, mp);
 
   for (int s = 0; s < steps; ++s) {
@@ -251,6 +261,24 @@ BOOST_AUTO_TEST_CASE(maximize_flips_the_gradient) {
     o.weight_decay = 0.1f;
     const Outcome out = run_case(o, 1, 1024.f, true, 700, 4, 42);
     CHECK_OUTCOME(out, "maximize, decoupled=" << decoupled);
+  }
+}
+
+// Shards that do not start on a 16-byte boundary (a View into the middle of
+// a buffer) take the one-element-per-index path of the device kernel; sizes
+// 1..7 exercise the tails of the wide path.
+BOOST_AUTO_TEST_CASE(misaligned_and_tiny_shards) {
+  kshard::AdamOptions o;
+  o.weight_decay = 0.1f;
+  for (int model : {0, 1, 2})
+    for (std::size_t offset : {std::size_t(1), std::size_t(3)}) {
+      const Outcome out = run_case(o, model, 1.f, true, 1001, 3, 50 + offset, {}, offset);
+      CHECK_OUTCOME(out, "offset " << offset << " model " << model);
+    }
+  o.moment_dtype = kshard::DType::bf16;
+  for (std::size_t n = 1; n <= 7; ++n) {
+    const Outcome out = run_case(o, 1, 1024.f, false, n, 3, 60 + n);
+    CHECK_OUTCOME(out, "n = " << n);
   }
 }
 

@@ -80,8 +80,10 @@ const std::vector<Config> kConfigs = {
 // and a small uneven one.
 const std::vector<GroupSpec> kGroups = {
     {1237, true}, {1, true}, {1, false}, {0, true}, {5, false}, {2001, false}};
-// Only tiny groups: with 4 ranks, ranks 2 and 3 own no real element at all.
+// Only tiny groups: with 4 ranks, ranks 2 and 3 own no real element at all
+// (padding only, or nothing); in kEmptyGroups all ranks but 0 own nothing.
 const std::vector<GroupSpec> kTinyGroups = {{1, true}, {1, false}, {2, true}, {2, false}};
+const std::vector<GroupSpec> kEmptyGroups = {{1, false}, {0, true}, {1, false}};
 
 /// Global data of one problem, identical on every rank (same seed).
 struct Problem {
@@ -297,6 +299,8 @@ BOOST_DATA_TEST_CASE(ranks_without_real_elements_still_step, bdata::xrange(kConf
   const Config& c = kConfigs[i];
   const Verdict v = sharded_matches_reference(c, kTinyGroups, kt::world(), 3, 200 + i);
   KSHARD_CHECK_ALL_MSG(v.ok, c.describe() << ": " << v.why);
+  const Verdict e = sharded_matches_reference(c, kEmptyGroups, kt::world(), 3, 250 + i);
+  KSHARD_CHECK_ALL_MSG(e.ok, c.describe() << ", empty shards: " << e.why);
 }
 
 BOOST_DATA_TEST_CASE(hsdp_norm_is_not_double_counted, bdata::xrange(kConfigs.size()), i) {
