@@ -1,0 +1,71 @@
+#pragma once
+// CausalSelfAttention: multi-head self-attention with a causal mask, the
+// attention half of a TransformerLayer (without its LayerNorm and residual).
+//   qkv = x Wqkv^T + bqkv           Wqkv [3d, d]: rows [0,d) q, [d,2d) k, [2d,3d) v
+//   per (batch, head h):            head h uses columns [h*hd, (h+1)*hd) of q, k, v
+//     P = softmax(mask(q k^T / sqrt(hd)))   mask: position i sees keys j <= i
+//     ctx = P v
+//   y = ctx Wproj^T + bproj         Wproj [d, d]
+// Params, in order: "qkv.weight", "qkv.bias", "proj.weight", "proj.bias".
+//
+//   kshard::CausalSelfAttention<float> attn(/*d_model=*/768, /*heads=*/12);
+//   attn.forward(x, {batch, seq, 768}, params, y);
+//
+// The score and context products are strided-batched GEMMs over heads read
+// in place from the qkv activation (no head transpose copies); the softmax is
+// one Kokkos team per score row. Saved for backward: qkv [rows, 3d] and the
+// probabilities [batch, heads, seq, seq].
+#include "kshard/engine/linear.hpp"
+
+namespace kshard {
+
+template <class T>
+class CausalSelfAttention final : public Layer<T> {
+ public:
+  using typename Layer<T>::ConstViews;
+  using typename Layer<T>::Views;
+
+  CausalSelfAttention(std::int64_t d_model, std::int64_t heads);
+
+  std::string kind() const override { return "CausalSelfAttention"; }
+  std::vector<ParamSpec> param_specs() const override;
+  std::int64_t in_features() const override { return d_; }
+  std::int64_t out_features() const override { return d_; }
+  std::int64_t heads() const { return heads_; }
+  std::int64_t head_dim() const { return d_ / heads_; }
+
+  void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+               Kokkos::View<T*> y) override;
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+                Kokkos::View<T*> dx) override;
+  void release() override;
+
+ private:
+  std::int64_t d_, heads_;
+  Linear<T> qkv_proj_, out_proj_;
+  bool saved_ = false;
+  ActShape shape_{};
+  Kokkos::View<T*> qkv_;   // [rows, 3d]
+  Kokkos::View<T*> prob_;  // [batch, heads, seq, seq]
+  Kokkos::View<T*> ctx_;   // [rows, d]
+  Kokkos::View<T*> dctx_, dprob_, dqkv_;  // backward workspaces
+};
+
+namespace detail {
+/// Attention core on a packed qkv [batch*seq, 3d]: prob and ctx as above.
+template <class T>
+void causal_attention_forward(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                              Kokkos::View<T*> ctx, std::int64_t batch, std::int64_t seq,
+                              std::int64_t d, std::int64_t heads);
+/// dqkv (written) from dctx; dprob is a [batch, heads, seq, seq] workspace.
+template <class T>
+void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*> prob,
+                               Kokkos::View<const T*> dctx, Kokkos::View<T*> dprob,
+                               Kokkos::View<T*> dqkv, std::int64_t batch, std::int64_t seq,
+                               std::int64_t d, std::int64_t heads);
+}  // namespace detail
+
+extern template class CausalSelfAttention<float>;
+extern template class CausalSelfAttention<double>;
+
+}  // namespace kshard

@@ -1,0 +1,68 @@
+#pragma once
+// Row-major GEMM on memory of the default execution space, backed by the
+// vendor BLAS: CBLAS (OpenBLAS) on host builds, cuBLAS on CUDA builds.
+//
+//   C = alpha * op(A) * op(B) + beta * C,   op(X) = X or X^T
+//
+// All matrices are row-major; op(A) is [m, k], op(B) is [k, n], C is [m, n].
+// A is stored [m, k] (Trans::N) or [k, m] (Trans::T), and lda is the distance
+// between consecutive stored rows (>= the stored row length), likewise B and C.
+//
+//   // y[rows, out] = x[rows, in] * W[out, in]^T
+//   kshard::gemm(kshard::Trans::N, kshard::Trans::T, rows, out, in,
+//                1.0f, x, w, 0.0f, y);                      // dense Views
+//   // per-(batch, head) products: one call, batch matrices at fixed strides
+//   kshard::gemm_strided_batched(Trans::N, Trans::T, s, s, hd, scale,
+//                                q, 3 * d, hd, k, 3 * d, hd, 0.0f, p, s, s * s, heads);
+//
+// Calls are ordered with Kokkos kernels on the default execution space (on
+// CUDA, cuBLAS runs on the Kokkos default stream; on host, pending Kokkos
+// work is fenced first), so no extra fence is needed between a kernel that
+// writes A/B and the GEMM, or between the GEMM and a kernel that reads C.
+// Bad sizes or strides throw kshard::Error before anything runs.
+#include <cstdint>
+
+#include <Kokkos_Core.hpp>
+
+namespace kshard {
+
+enum class Trans { N, T };
+
+/// Pointer form (BLAS-like): pointers into memory of the default memory space.
+/// Supported T: float, double.
+template <class T>
+void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+          std::int64_t ldc);
+
+/// Dense View form: A, B, C packed (ld = stored row length); checks that each
+/// View holds at least the elements the product touches.
+template <class T>
+void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+          Kokkos::View<const T*> a, Kokkos::View<const T*> b, T beta, Kokkos::View<T*> c);
+
+/// `batch` independent products; matrix i of A starts at a + i * stride_a
+/// (likewise B, C). Strides may be smaller than a matrix (interleaved heads),
+/// but the C matrices of different batch entries must not overlap.
+template <class T>
+void gemm_strided_batched(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                          T alpha, const T* a, std::int64_t lda, std::int64_t stride_a,
+                          const T* b, std::int64_t ldb, std::int64_t stride_b, T beta, T* c,
+                          std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
+
+namespace detail {
+// Backend entry points (host/gemm_cblas.cpp or cuda/gemm_cublas.cpp), called
+// with validated, non-empty arguments.
+template <class T>
+void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                  const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+                  std::int64_t ldc);
+template <class T>
+void gemm_strided_batched_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n,
+                                  std::int64_t k, T alpha, const T* a, std::int64_t lda,
+                                  std::int64_t stride_a, const T* b, std::int64_t ldb,
+                                  std::int64_t stride_b, T beta, T* c, std::int64_t ldc,
+                                  std::int64_t stride_c, std::int64_t batch);
+}  // namespace detail
+
+}  // namespace kshard

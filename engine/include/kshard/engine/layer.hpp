@@ -1,0 +1,152 @@
+#pragma once
+// kshard::Layer — the interface between a model's layers and the engine's
+// sharded parameter groups.
+//
+// A layer knows nothing about sharding. It describes its parameters
+// (ParamSpec: name, shape, initialiser), and its forward/backward take one
+// View per parameter, in spec order. The engine decides where those Views
+// live: for an FSDP unit they are consecutive slices of ONE flat all-gathered
+// buffer (and the gradients slices of one flat buffer that is then
+// reduce-scattered), so no copy-in or copy-out is needed.
+//
+//   kshard::Linear<float> fc(/*in=*/512, /*out=*/2048);
+//   auto params = kshard::allocate_parameters(fc);  // or subviews of one flat buffer
+//   kshard::init_parameters(fc, params, /*seed=*/1, "layers.0.");
+//   auto grads = kshard::allocate_parameters(fc);   // zero-filled
+//   kshard::ActShape s{batch, seq, 512};
+//   Kokkos::View<float*> y("y", s.rows() * fc.out_features());
+//   fc.forward(x, s, kshard::const_views(params), y);         // saves what backward needs
+//   ...                                                      // loss -> dy
+//   fc.backward(dy, kshard::const_views(params), grads, dx);  // grads += dW, db; dx written
+//   fc.release();                                            // drop saved activations
+//
+// Contract
+// - Activations are row-major [rows = batch*seq, features] in flat, contiguous
+//   1-D Views of the default memory space; every View must have exactly the
+//   number of elements its shape implies (else kshard::Error).
+// - forward() keeps a HANDLE (not a copy) of inputs that backward needs, so x
+//   must stay unchanged until backward() (or release()). backward() needs the
+//   same parameter VALUES as forward() (they may be different Views, as after
+//   FSDP's reshard-after-forward and re-all-gather).
+// - backward() ACCUMULATES (+=) into grads, so micro-batches can accumulate
+//   without a copy; the caller zeroes grads when a step starts. It WRITES dx.
+//   It may be called more than once after one forward (each call adds again).
+// - dy, dx, y and x must not alias one another.
+// - Layers own their saved activations and workspaces, sized on first use and
+//   reused while shapes stay the same; release() frees them. One object holds
+//   one saved forward: a second forward replaces it (two micro-batches in
+//   flight at once need two layer objects; they may share parameter Views).
+// - Parameter and gradient Views may be subviews of one flat buffer (what an
+//   FSDP unit passes); they must not overlap each other.
+// - Not thread-safe; kernels run on the default execution space instance.
+// - Supported T: float (training) and double (finite-difference checks).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+#include "kshard/engine/init.hpp"
+
+namespace kshard {
+
+struct ParamSpec {
+  std::string name;                 ///< local name, e.g. "weight", "ln1.gamma"
+  std::vector<std::int64_t> shape;  ///< row-major, e.g. {out, in}
+  Init init;
+  std::int64_t numel() const;
+};
+
+struct ActShape {
+  std::int64_t batch = 0, seq = 0, features = 0;
+  std::int64_t rows() const { return batch * seq; }
+  std::int64_t numel() const { return rows() * features; }
+};
+
+template <class T>
+class Layer {
+ public:
+  using ConstViews = std::vector<Kokkos::View<const T*>>;
+  using Views = std::vector<Kokkos::View<T*>>;
+
+  virtual ~Layer() = default;
+  virtual std::string kind() const = 0;                    ///< "Linear", "TransformerLayer", ...
+  virtual std::vector<ParamSpec> param_specs() const = 0;  ///< names, shapes, init
+  virtual std::int64_t in_features() const = 0;
+  virtual std::int64_t out_features() const = 0;
+
+  /// x: [rows, in_features]; params: one View per spec, in spec order;
+  /// y: [rows, out_features], written. Saves what backward needs.
+  virtual void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                       Kokkos::View<T*> y) = 0;
+  /// dy: [rows, out_features] of the last forward. grads += dL/dparams; dx written.
+  virtual void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+                        Kokkos::View<T*> dx) = 0;
+  /// Drops saved activations and workspaces.
+  virtual void release() {}
+
+  ActShape output_shape(ActShape in) const { return {in.batch, in.seq, out_features()}; }
+};
+
+/// Total number of parameter elements of a layer.
+std::int64_t param_numel(const std::vector<ParamSpec>& specs);
+
+/// One fresh View per spec (label = spec name), zero-filled.
+template <class T>
+std::vector<Kokkos::View<T*>> allocate_parameters(const Layer<T>& layer);
+
+/// fill_init of every parameter, keyed by prefix + spec name (see init.hpp).
+template <class T>
+void init_parameters(const Layer<T>& layer, const std::vector<Kokkos::View<T*>>& params,
+                     std::uint64_t seed, const std::string& prefix = "");
+
+template <class T>
+std::vector<Kokkos::View<const T*>> const_views(const std::vector<Kokkos::View<T*>>& v) {
+  return std::vector<Kokkos::View<const T*>>(v.begin(), v.end());
+}
+
+namespace detail {
+// Shared argument checks: throw kshard::Error naming the layer and the View.
+template <class T>
+void check_forward(const Layer<T>& layer, const Kokkos::View<const T*>& x, const ActShape& shape,
+                   const std::vector<Kokkos::View<const T*>>& params, const Kokkos::View<T*>& y);
+template <class T>
+void check_backward(const Layer<T>& layer, bool have_forward, const ActShape& shape,
+                    const Kokkos::View<const T*>& dy,
+                    const std::vector<Kokkos::View<const T*>>& params,
+                    const std::vector<Kokkos::View<T*>>& grads, const Kokkos::View<T*>& dx);
+void check_size(const std::string& who, const char* what, std::size_t have, std::int64_t want);
+
+/// Resizes a workspace to exactly n elements (contents undefined) if its size differs.
+template <class T>
+void ensure_size(Kokkos::View<T*>& v, std::int64_t n, const char* label) {
+  if (static_cast<std::int64_t>(v.extent(0)) != n || v.data() == nullptr)
+    v = Kokkos::View<T*>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing),
+                         static_cast<std::size_t>(n));
+}
+
+/// Elements [first, first + n) of a View list (a sub-layer's parameters).
+template <class V>
+std::vector<V> slice(const std::vector<V>& v, std::size_t first, std::size_t n) {
+  return std::vector<V>(v.begin() + first, v.begin() + first + n);
+}
+
+/// Sub-layer specs with their names prefixed, e.g. "ln." + "gamma".
+void append_prefixed(std::vector<ParamSpec>& out, const std::string& prefix,
+                     std::vector<ParamSpec> specs);
+
+// Elementwise helpers shared by the layers (layer.cpp).
+/// y[r, c] += b[c]
+template <class T>
+void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t rows,
+                    std::int64_t cols);
+/// db[c] += sum_r dy[r, c], as a GEMM with a ones vector (kept in `ones`).
+template <class T>
+void accumulate_column_sums(Kokkos::View<const T*> dy, std::int64_t rows, std::int64_t cols,
+                            Kokkos::View<T*> db, Kokkos::View<T*>& ones);
+/// out = a + b (out may be a or b)
+template <class T>
+void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> out);
+}  // namespace detail
+
+}  // namespace kshard

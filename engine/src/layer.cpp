@@ -1,0 +1,171 @@
+#include "kshard/engine/layer.hpp"
+
+#include <string>
+
+#include "kshard/engine/gemm.hpp"
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+namespace {
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+}  // namespace
+
+std::int64_t ParamSpec::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::int64_t param_numel(const std::vector<ParamSpec>& specs) {
+  std::int64_t n = 0;
+  for (const auto& s : specs) n += s.numel();
+  return n;
+}
+
+template <class T>
+std::vector<Kokkos::View<T*>> allocate_parameters(const Layer<T>& layer) {
+  std::vector<Kokkos::View<T*>> v;
+  for (const auto& s : layer.param_specs())
+    v.emplace_back(Kokkos::View<T*>(s.name, static_cast<std::size_t>(s.numel())));
+  return v;
+}
+
+template <class T>
+void init_parameters(const Layer<T>& layer, const std::vector<Kokkos::View<T*>>& params,
+                     std::uint64_t seed, const std::string& prefix) {
+  const auto specs = layer.param_specs();
+  if (params.size() != specs.size())
+    throw Error(layer.kind() + " init_parameters: " + std::to_string(params.size()) + " Views",
+                std::to_string(specs.size()) + " (one per ParamSpec)");
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    detail::check_size(layer.kind() + " init_parameters", specs[i].name.c_str(),
+                       params[i].extent(0), specs[i].numel());
+    fill_init<T>(params[i], specs[i].init, seed, prefix + specs[i].name);
+  }
+}
+
+namespace detail {
+
+void check_size(const std::string& who, const char* what, std::size_t have, std::int64_t want) {
+  if (static_cast<std::int64_t>(have) != want)
+    throw Error(who + ": " + what + " has " + std::to_string(have) + " elements",
+                std::to_string(want) + " elements");
+}
+
+void append_prefixed(std::vector<ParamSpec>& out, const std::string& prefix,
+                     std::vector<ParamSpec> specs) {
+  for (auto& s : specs) {
+    s.name = prefix + s.name;
+    out.push_back(std::move(s));
+  }
+}
+
+namespace {
+template <class T, class V>
+void check_params(const Layer<T>& layer, const std::string& who, const char* what,
+                  const std::vector<ParamSpec>& specs, const std::vector<V>& views) {
+  if (views.size() != specs.size())
+    throw Error(who + ": " + std::to_string(views.size()) + " " + what + " Views",
+                std::to_string(specs.size()) + " (one per ParamSpec of " + layer.kind() + ")");
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (static_cast<std::int64_t>(views[i].extent(0)) != specs[i].numel())
+      throw Error(who + ": " + what + " '" + specs[i].name + "' has " +
+                      std::to_string(views[i].extent(0)) + " elements",
+                  std::to_string(specs[i].numel()) + " (shape " + shape_str(specs[i].shape) +
+                      ")");
+}
+}  // namespace
+
+template <class T>
+void check_forward(const Layer<T>& layer, const Kokkos::View<const T*>& x, const ActShape& shape,
+                   const std::vector<Kokkos::View<const T*>>& params, const Kokkos::View<T*>& y) {
+  const std::string who = layer.kind() + "::forward";
+  if (shape.batch <= 0 || shape.seq <= 0)
+    throw Error(who + ": ActShape batch=" + std::to_string(shape.batch) +
+                    ", seq=" + std::to_string(shape.seq),
+                "batch > 0 and seq > 0");
+  if (shape.features != layer.in_features())
+    throw Error(who + ": ActShape features=" + std::to_string(shape.features),
+                "in_features=" + std::to_string(layer.in_features()));
+  check_size(who, "x", x.extent(0), shape.rows() * layer.in_features());
+  check_size(who, "y", y.extent(0), shape.rows() * layer.out_features());
+  check_params(layer, who, "param", layer.param_specs(), params);
+}
+
+template <class T>
+void check_backward(const Layer<T>& layer, bool have_forward, const ActShape& shape,
+                    const Kokkos::View<const T*>& dy,
+                    const std::vector<Kokkos::View<const T*>>& params,
+                    const std::vector<Kokkos::View<T*>>& grads, const Kokkos::View<T*>& dx) {
+  const std::string who = layer.kind() + "::backward";
+  if (!have_forward)
+    throw Error(who + " called with no saved forward", "forward() first (and no release())");
+  check_size(who, "dy", dy.extent(0), shape.rows() * layer.out_features());
+  check_size(who, "dx", dx.extent(0), shape.rows() * layer.in_features());
+  const auto specs = layer.param_specs();
+  check_params(layer, who, "param", specs, params);
+  check_params(layer, who, "grad", specs, grads);
+}
+
+template <class T>
+void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t rows,
+                    std::int64_t cols) {
+  Kokkos::parallel_for(
+      "kshard::add_row_vector", Kokkos::RangePolicy<>(0, rows * cols),
+      KOKKOS_LAMBDA(std::int64_t i) { y(i) += b(i % cols); });
+}
+
+template <class T>
+void accumulate_column_sums(Kokkos::View<const T*> dy, std::int64_t rows, std::int64_t cols,
+                            Kokkos::View<T*> db, Kokkos::View<T*>& ones) {
+  if (static_cast<std::int64_t>(ones.extent(0)) != rows) {
+    ones = Kokkos::View<T*>(Kokkos::view_alloc(std::string("kshard::ones"),
+                                               Kokkos::WithoutInitializing),
+                            static_cast<std::size_t>(rows));
+    Kokkos::deep_copy(ones, T(1));
+  }
+  // db[1, cols] += ones[1, rows] * dy[rows, cols]
+  gemm<T>(Trans::N, Trans::N, 1, cols, rows, T(1), ones.data(), rows, dy.data(), cols, T(1),
+          db.data(), cols);
+}
+
+template <class T>
+void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> out) {
+  Kokkos::parallel_for(
+      "kshard::add", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(out.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t i) { out(i) = a(i) + b(i); });
+}
+
+#define KSHARD_LAYER_INSTANTIATE(T)                                                            \
+  template void check_forward<T>(const Layer<T>&, const Kokkos::View<const T*>&,              \
+                                 const ActShape&, const std::vector<Kokkos::View<const T*>>&, \
+                                 const Kokkos::View<T*>&);                                    \
+  template void check_backward<T>(const Layer<T>&, bool, const ActShape&,                     \
+                                  const Kokkos::View<const T*>&,                              \
+                                  const std::vector<Kokkos::View<const T*>>&,                 \
+                                  const std::vector<Kokkos::View<T*>>&,                       \
+                                  const Kokkos::View<T*>&);                                   \
+  template void add_row_vector<T>(Kokkos::View<T*>, Kokkos::View<const T*>, std::int64_t,     \
+                                  std::int64_t);                                              \
+  template void accumulate_column_sums<T>(Kokkos::View<const T*>, std::int64_t, std::int64_t, \
+                                          Kokkos::View<T*>, Kokkos::View<T*>&);               \
+  template void add<T>(Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<T*>);
+KSHARD_LAYER_INSTANTIATE(float)
+KSHARD_LAYER_INSTANTIATE(double)
+#undef KSHARD_LAYER_INSTANTIATE
+}  // namespace detail
+
+template std::vector<Kokkos::View<float*>> allocate_parameters<float>(const Layer<float>&);
+template std::vector<Kokkos::View<double*>> allocate_parameters<double>(const Layer<double>&);
+template void init_parameters<float>(const Layer<float>&, const std::vector<Kokkos::View<float*>>&,
+                                     std::uint64_t, const std::string&);
+template void init_parameters<double>(const Layer<double>&,
+                                      const std::vector<Kokkos::View<double*>>&, std::uint64_t,
+                                      const std::string&);
+
+}  // namespace kshard

@@ -1,0 +1,128 @@
+#include "kshard/engine/layer_norm.hpp"
+
+#include <cmath>
+
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+namespace detail::layer_norm {
+
+using Team = Kokkos::TeamPolicy<>::member_type;
+
+template <class T>
+void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::View<const T*> beta,
+             Kokkos::View<T*> y, Kokkos::View<T*> mean, Kokkos::View<T*> rstd, std::int64_t rows,
+             std::int64_t d, T eps) {
+  Kokkos::parallel_for(
+      "kshard::layer_norm_forward", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const T* xr = x.data() + r * d;
+        T* yr = y.data() + r * d;
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, d), [&](std::int64_t j, T& s) { s += xr[j]; }, sum);
+        const T mu = sum / T(d);
+        // Two passes (mean, then centred squares): no cancellation for large means.
+        T sq = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, d),
+            [&](std::int64_t j, T& s) {
+              const T c = xr[j] - mu;
+              s += c * c;
+            },
+            sq);
+        const T rs = T(1) / Kokkos::Experimental::sqrt(sq / T(d) + eps);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
+          yr[j] = (xr[j] - mu) * rs * gamma(j) + beta(j);
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          mean(r) = mu;
+          rstd(r) = rs;
+        });
+      });
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; also
+// dy_xhat = dy * xhat for the dgamma reduction.
+template <class T>
+void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::View<const T*> dy,
+              Kokkos::View<const T*> mean, Kokkos::View<const T*> rstd, Kokkos::View<T*> dx,
+              Kokkos::View<T*> dy_xhat, std::int64_t rows, std::int64_t d) {
+  Kokkos::parallel_for(
+      "kshard::layer_norm_backward", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t o = r * d;
+        const T mu = mean(r), rs = rstd(r);
+        T sg = 0, sgx = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, d),
+            [&](std::int64_t j, T& s) { s += dy(o + j) * gamma(j); }, sg);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, d),
+            [&](std::int64_t j, T& s) { s += dy(o + j) * gamma(j) * (x(o + j) - mu) * rs; }, sgx);
+        const T a = sg / T(d), b = sgx / T(d);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
+          const T xhat = (x(o + j) - mu) * rs;
+          const T g = dy(o + j) * gamma(j);
+          dx(o + j) = rs * (g - a - xhat * b);
+          dy_xhat(o + j) = dy(o + j) * xhat;
+        });
+      });
+}
+
+}  // namespace detail::layer_norm
+
+template <class T>
+LayerNorm<T>::LayerNorm(std::int64_t features, double eps) : d_(features), eps_(eps) {
+  if (d_ <= 0) throw Error("LayerNorm(" + std::to_string(d_) + ")", "features > 0");
+  if (!(eps_ > 0.0) || !std::isfinite(eps_))
+    throw Error("LayerNorm eps=" + std::to_string(eps_), "a finite eps > 0");
+}
+
+template <class T>
+std::vector<ParamSpec> LayerNorm<T>::param_specs() const {
+  return {{"gamma", {d_}, Init::ones()}, {"beta", {d_}, Init::zeros()}};
+}
+
+template <class T>
+void LayerNorm<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                           Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  detail::ensure_size(mean_, rows, "kshard::LayerNorm::mean");
+  detail::ensure_size(rstd_, rows, "kshard::LayerNorm::rstd");
+  detail::layer_norm::forward<T>(x, params[0], params[1], y, mean_, rstd_, rows, d_,
+                                 static_cast<T>(eps_));
+  x_ = x;
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void LayerNorm<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                            const Views& grads, Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
+  const std::int64_t rows = shape_.rows();
+  detail::ensure_size(dy_xhat_, rows * d_, "kshard::LayerNorm::dy_xhat");
+  detail::layer_norm::backward<T>(x_, params[0], dy, mean_, rstd_, dx, dy_xhat_, rows, d_);
+  detail::accumulate_column_sums<T>(dy_xhat_, rows, d_, grads[0], ones_);
+  detail::accumulate_column_sums<T>(dy, rows, d_, grads[1], ones_);
+}
+
+template <class T>
+void LayerNorm<T>::release() {
+  x_ = {};
+  mean_ = {};
+  rstd_ = {};
+  dy_xhat_ = {};
+  ones_ = {};
+  saved_ = false;
+}
+
+template class LayerNorm<float>;
+template class LayerNorm<double>;
+
+}  // namespace kshard

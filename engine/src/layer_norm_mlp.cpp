@@ -1,0 +1,64 @@
+#include "kshard/engine/layer_norm_mlp.hpp"
+
+#include "kshard/engine/gelu.hpp"
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+template <class T>
+LayerNormMLP<T>::LayerNormMLP(std::int64_t features, std::int64_t hidden, double eps)
+    : d_(features), hidden_(hidden), ln_(features, eps), fc1_(features, hidden),
+      fc2_(hidden, features) {}
+
+template <class T>
+std::vector<ParamSpec> LayerNormMLP<T>::param_specs() const {
+  std::vector<ParamSpec> s;
+  detail::append_prefixed(s, "ln.", ln_.param_specs());
+  detail::append_prefixed(s, "fc1.", fc1_.param_specs());
+  detail::append_prefixed(s, "fc2.", fc2_.param_specs());
+  return s;
+}
+
+template <class T>
+void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                              Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  detail::ensure_size(h_, rows * d_, "kshard::LayerNormMLP::h");
+  detail::ensure_size(a_, rows * hidden_, "kshard::LayerNormMLP::a");
+  detail::ensure_size(g_, rows * hidden_, "kshard::LayerNormMLP::g");
+  const ActShape hidden_shape{shape.batch, shape.seq, hidden_};
+  ln_.forward(x, shape, detail::slice(params, 0, 2), h_);
+  fc1_.forward(h_, shape, detail::slice(params, 2, 2), a_);
+  detail::gelu_forward<T>(a_, g_);
+  fc2_.forward(g_, hidden_shape, detail::slice(params, 4, 2), y);
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                               const Views& grads, Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
+  const std::int64_t rows = shape_.rows();
+  detail::ensure_size(dg_, rows * hidden_, "kshard::LayerNormMLP::dg");
+  detail::ensure_size(dh_, rows * d_, "kshard::LayerNormMLP::dh");
+  fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg_);
+  detail::gelu_backward<T>(a_, dg_, dg_);  // elementwise, so in place is safe
+  fc1_.backward(dg_, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh_);
+  ln_.backward(dh_, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+}
+
+template <class T>
+void LayerNormMLP<T>::release() {
+  ln_.release();
+  fc1_.release();
+  fc2_.release();
+  h_ = a_ = g_ = dg_ = dh_ = {};
+  saved_ = false;
+}
+
+template class LayerNormMLP<float>;
+template class LayerNormMLP<double>;
+
+}  // namespace kshard

@@ -1,0 +1,57 @@
+#include "kshard/engine/linear.hpp"
+
+#include "kshard/engine/gemm.hpp"
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+template <class T>
+Linear<T>::Linear(std::int64_t in_features, std::int64_t out_features, bool bias)
+    : in_(in_features), out_(out_features), bias_(bias) {
+  if (in_ <= 0 || out_ <= 0)
+    throw Error("Linear(" + std::to_string(in_) + ", " + std::to_string(out_) + ")",
+                "in_features > 0 and out_features > 0");
+}
+
+template <class T>
+std::vector<ParamSpec> Linear<T>::param_specs() const {
+  std::vector<ParamSpec> s{{"weight", {out_, in_}, Init::uniform_fan_in(in_)}};
+  if (bias_) s.push_back({"bias", {out_}, Init::uniform_fan_in(in_)});
+  return s;
+}
+
+template <class T>
+void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                        Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  gemm<T>(Trans::N, Trans::T, rows, out_, in_, T(1), x, params[0], T(0), y);
+  if (bias_) detail::add_row_vector<T>(y, params[1], rows, out_);
+  x_ = x;
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+                         Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
+  const std::int64_t rows = shape_.rows();
+  // dx[rows, in] = dy[rows, out] W[out, in]
+  gemm<T>(Trans::N, Trans::N, rows, in_, out_, T(1), dy, params[0], T(0), dx);
+  // dW[out, in] += dy^T[out, rows] x[rows, in]
+  gemm<T>(Trans::T, Trans::N, out_, in_, rows, T(1), dy, x_, T(1), grads[0]);
+  if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_);
+}
+
+template <class T>
+void Linear<T>::release() {
+  x_ = {};
+  ones_ = {};
+  saved_ = false;
+}
+
+template class Linear<float>;
+template class Linear<double>;
+
+}  // namespace kshard

@@ -1,0 +1,128 @@
+#pragma once
+// Host-side helpers for the layer tests. Everything here moves data with
+// deep_copy only (no kernels), so it works unchanged on host and CUDA builds.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+#include "kshard/engine/layer.hpp"
+
+namespace kshard::test {
+
+using HostVec = std::vector<double>;
+
+template <class T>
+Kokkos::View<T*> to_device(const HostVec& v, const char* label = "test") {
+  Kokkos::View<T*> d(std::string(label), v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = static_cast<T>(v[i]);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+template <class T>
+void upload(const HostVec& v, const Kokkos::View<T*>& d) {
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = static_cast<T>(v[i]);
+  Kokkos::deep_copy(d, h);
+}
+
+template <class V>
+HostVec to_host(const V& d) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
+  HostVec v(d.extent(0));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(h(i));
+  return v;
+}
+
+inline HostVec random_vec(std::size_t n, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  HostVec v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+inline double max_abs(const HostVec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+/// max_i |a_i - b_i| / max(max_i |b_i|, floor): error relative to the scale of b.
+inline double rel_err(const HostVec& a, const HostVec& b, double floor = 1e-2) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m / std::max(max_abs(b), floor);
+}
+
+inline double dot(const HostVec& a, const HostVec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+/// Initialised parameters (by spec) plus a random perturbation, so that
+/// gamma != 1, beta != 0 and biases are generic in the checks.
+template <class T>
+std::vector<HostVec> random_params(const Layer<T>& layer, std::uint64_t seed) {
+  auto p = allocate_parameters(layer);
+  init_parameters(layer, p, seed);
+  std::mt19937_64 rng(seed);
+  std::vector<HostVec> h;
+  for (auto& v : p) {
+    HostVec x = to_host(v);
+    for (auto& e : x) e += std::uniform_real_distribution<double>(-0.3, 0.3)(rng);
+    h.push_back(std::move(x));
+  }
+  return h;
+}
+
+template <class T>
+std::vector<Kokkos::View<T*>> params_to_device(const std::vector<HostVec>& hp) {
+  std::vector<Kokkos::View<T*>> d;
+  for (const auto& v : hp) d.push_back(to_device<T>(v, "param"));
+  return d;
+}
+
+template <class T>
+std::vector<Kokkos::View<T*>> zero_grads(const Layer<T>& layer) {
+  return allocate_parameters(layer);
+}
+
+/// y = layer(x) with host inputs and outputs.
+template <class T>
+HostVec run_forward(Layer<T>& layer, const HostVec& x, ActShape shape,
+                    const std::vector<Kokkos::View<T*>>& params) {
+  auto xd = to_device<T>(x, "x");
+  Kokkos::View<T*> y("y", static_cast<std::size_t>(shape.rows() * layer.out_features()));
+  layer.forward(xd, shape, const_views(params), y);
+  return to_host(y);
+}
+
+struct Gradients {
+  HostVec dx;
+  std::vector<HostVec> params;
+};
+
+/// Analytic gradients of L = sum(y * r): forward(x) then backward(dy = r) into zeroed grads.
+template <class T>
+Gradients run_backward(Layer<T>& layer, const HostVec& x, ActShape shape,
+                       const std::vector<Kokkos::View<T*>>& params, const HostVec& r) {
+  auto xd = to_device<T>(x, "x");
+  Kokkos::View<T*> y("y", static_cast<std::size_t>(shape.rows() * layer.out_features()));
+  layer.forward(xd, shape, const_views(params), y);
+  auto grads = zero_grads(layer);
+  Kokkos::View<T*> dx("dx", xd.extent(0));
+  layer.backward(to_device<T>(r, "dy"), const_views(params), grads, dx);
+  Gradients g;
+  g.dx = to_host(dx);
+  for (auto& v : grads) g.params.push_back(to_host(v));
+  return g;
+}
+
+}  // namespace kshard::test

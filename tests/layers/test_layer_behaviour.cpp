@@ -1,0 +1,272 @@
+// Layer contract: gradient accumulation, causal masking, argument errors,
+// parameter specs.
+#include <boost/test/unit_test.hpp>
+
+#include "kshard/engine/attention.hpp"
+#include "kshard/engine/embedding.hpp"
+#include "kshard/engine/gelu.hpp"
+#include "kshard/engine/layer_norm.hpp"
+#include "kshard/engine/layer_norm_linear.hpp"
+#include "kshard/engine/layer_norm_mlp.hpp"
+#include "kshard/engine/linear.hpp"
+#include "kshard/engine/transformer_layer.hpp"
+#include "kshard/error.hpp"
+#include "layer_test_util.hpp"
+
+using namespace kshard;
+using namespace kshard::test;
+
+namespace {
+
+// Accumulation is exact up to one rounding per add: 1e-12 relative in double.
+constexpr double kAccumTol = 1e-12;
+
+void check_accumulation(Layer<double>& layer, ActShape s) {
+  std::mt19937_64 rng(21);
+  const auto params = params_to_device<double>(random_params(layer, 4));
+  const std::size_t nx = static_cast<std::size_t>(s.numel());
+  const std::size_t ny = static_cast<std::size_t>(s.rows() * layer.out_features());
+  const HostVec x1 = random_vec(nx, rng), x2 = random_vec(nx, rng);
+  const HostVec r1 = random_vec(ny, rng), r2 = random_vec(ny, rng);
+  const Gradients g1 = run_backward(layer, x1, s, params, r1);
+  const Gradients g2 = run_backward(layer, x2, s, params, r2);
+
+  // Two micro-batches into the same gradient buffers.
+  auto grads = zero_grads(layer);
+  Kokkos::View<double*> y("y", ny), dx("dx", nx);
+  auto x1d = to_device<double>(x1), x2d = to_device<double>(x2);
+  layer.forward(x1d, s, const_views(params), y);
+  layer.backward(to_device<double>(r1), const_views(params), grads, dx);
+  layer.forward(x2d, s, const_views(params), y);
+  layer.backward(to_device<double>(r2), const_views(params), grads, dx);
+  const auto specs = layer.param_specs();
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    HostVec want(g1.params[p].size());
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = g1.params[p][i] + g2.params[p][i];
+    BOOST_TEST_INFO(layer.kind() << " accumulated d/d" << specs[p].name);
+    BOOST_TEST(rel_err(to_host(grads[p]), want) <= kAccumTol);
+  }
+  // dx is written, not accumulated: it equals the second micro-batch's alone.
+  BOOST_TEST(rel_err(to_host(dx), g2.dx) <= kAccumTol);
+
+  // Backward twice after one forward adds twice.
+  auto twice = zero_grads(layer);
+  layer.forward(x1d, s, const_views(params), y);
+  layer.backward(to_device<double>(r1), const_views(params), twice, dx);
+  layer.backward(to_device<double>(r1), const_views(params), twice, dx);
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    HostVec want = g1.params[p];
+    for (auto& v : want) v *= 2;
+    BOOST_TEST(rel_err(to_host(twice[p]), want) <= kAccumTol);
+  }
+}
+
+template <class E, class F>
+void expect_error(F&& f, const char* what) {
+  BOOST_TEST_INFO(what);
+  BOOST_CHECK_THROW(f(), E);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(layer_behaviour)
+
+BOOST_AUTO_TEST_CASE(gradient_accumulation_linear) {
+  Linear<double> l(8, 5);
+  check_accumulation(l, {2, 3, 8});
+}
+
+BOOST_AUTO_TEST_CASE(gradient_accumulation_layer_norm) {
+  LayerNorm<double> l(8);
+  check_accumulation(l, {2, 3, 8});
+}
+
+BOOST_AUTO_TEST_CASE(gradient_accumulation_transformer_layer) {
+  TransformerLayer<double> l(8, 2, 16);
+  check_accumulation(l, {2, 4, 8});
+}
+
+BOOST_AUTO_TEST_CASE(causal_mask_future_tokens_do_not_change_the_past) {
+  // For the attention layer alone and the whole block: changing the input at
+  // position t of one sequence leaves every output at positions < t (and the
+  // other sequence) bitwise unchanged, and does change position t onwards.
+  const std::int64_t batch = 2, seq = 5, d = 8, t = 2;
+  CausalSelfAttention<double> attn(d, 2);
+  TransformerLayer<double> block(d, 2, 16);
+  for (Layer<double>* layer : {static_cast<Layer<double>*>(&attn),
+                               static_cast<Layer<double>*>(&block)}) {
+    const ActShape s{batch, seq, d};
+    std::mt19937_64 rng(2);
+    const auto params = params_to_device<double>(random_params(*layer, 6));
+    HostVec x = random_vec(static_cast<std::size_t>(s.numel()), rng);
+    const HostVec y0 = run_forward(*layer, x, s, params);
+    // A random change: a constant shift of a row would vanish in LayerNorm.
+    const HostVec delta = random_vec(static_cast<std::size_t>(d), rng);
+    for (std::int64_t j = 0; j < d; ++j) x[static_cast<std::size_t>(t * d + j)] += delta[j];
+    const HostVec y1 = run_forward(*layer, x, s, params);
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t i = 0; i < seq; ++i) {
+        double diff = 0;
+        for (std::int64_t j = 0; j < d; ++j) {
+          const std::size_t k = static_cast<std::size_t>((b * seq + i) * d + j);
+          diff = std::max(diff, std::abs(y1[k] - y0[k]));
+        }
+        BOOST_TEST_INFO(layer->kind() << " batch " << b << " position " << i);
+        if (b == 0 && i >= t)
+          BOOST_TEST(diff > 1e-6);
+        else
+          BOOST_TEST(diff == 0.0);
+      }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(attention_first_position_sees_only_itself) {
+  // Position 0 attends only to itself (softmax over one key = 1), so its
+  // output equals that of a length-1 sequence holding the same token.
+  CausalSelfAttention<double> attn(8, 2);
+  const auto params = params_to_device<double>(random_params(attn, 3));
+  std::mt19937_64 rng(4);
+  const HostVec x = random_vec(2 * 4 * 8, rng);
+  const HostVec y = run_forward(attn, x, {2, 4, 8}, params);
+  for (std::int64_t b = 0; b < 2; ++b) {
+    const HostVec x0(x.begin() + b * 32, x.begin() + b * 32 + 8);
+    const HostVec y0 = run_forward(attn, x0, {1, 1, 8}, params);
+    const HostVec want(y.begin() + b * 32, y.begin() + b * 32 + 8);
+    BOOST_TEST(rel_err(y0, want) <= 1e-14);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(params_and_grads_as_slices_of_one_flat_buffer) {
+  // What an FSDP unit does: one all-gathered flat buffer, each parameter a
+  // subview into it (padded, so slices do not start at 0 or end at the end),
+  // and one flat gradient buffer that is later reduce-scattered.
+  TransformerLayer<double> block(8, 2, 16);
+  const auto specs = block.param_specs();
+  const auto hp = random_params(block, 12);
+  const std::int64_t pad = 3, total = param_numel(specs) + 2 * pad;
+  HostVec flat_h(static_cast<std::size_t>(total), 0.0);
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  std::int64_t off = pad;
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    std::copy(hp[p].begin(), hp[p].end(), flat_h.begin() + off);
+    ranges.emplace_back(off, off + specs[p].numel());
+    off += specs[p].numel();
+  }
+  auto flat = to_device<double>(flat_h, "flat");
+  Kokkos::View<double*> flat_grad("flat_grad", static_cast<std::size_t>(total));
+  std::vector<Kokkos::View<double*>> pv, gv;
+  for (const auto& r : ranges) {
+    pv.push_back(Kokkos::subview(flat, r));
+    gv.push_back(Kokkos::subview(flat_grad, r));
+  }
+  const ActShape s{2, 3, 8};
+  std::mt19937_64 rng(5);
+  const HostVec x = random_vec(static_cast<std::size_t>(s.numel()), rng);
+  const HostVec r = random_vec(static_cast<std::size_t>(s.numel()), rng);
+  const Gradients want = run_backward(block, x, s, params_to_device<double>(hp), r);
+
+  auto xd = to_device<double>(x);
+  Kokkos::View<double*> y("y", x.size()), dx("dx", x.size());
+  block.forward(xd, s, const_views(pv), y);
+  block.backward(to_device<double>(r), const_views(pv), gv, dx);
+  BOOST_TEST(rel_err(to_host(dx), want.dx) <= 1e-14);
+  const HostVec g = to_host(flat_grad);
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    const HostVec got(g.begin() + ranges[p].first, g.begin() + ranges[p].second);
+    BOOST_TEST(rel_err(got, want.params[p]) <= 1e-14);
+  }
+  // The padding is untouched.
+  for (std::int64_t i = 0; i < pad; ++i) {
+    BOOST_TEST(g[static_cast<std::size_t>(i)] == 0.0);
+    BOOST_TEST(g[static_cast<std::size_t>(total - 1 - i)] == 0.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(param_specs_names_shapes_and_init) {
+  TransformerLayer<float> block(8, 2, 16);
+  const auto s = block.param_specs();
+  const std::vector<std::string> names{"ln1.gamma",      "ln1.beta",        "attn.qkv.weight",
+                                       "attn.qkv.bias",  "attn.proj.weight", "attn.proj.bias",
+                                       "mlp.ln.gamma",   "mlp.ln.beta",     "mlp.fc1.weight",
+                                       "mlp.fc1.bias",   "mlp.fc2.weight",  "mlp.fc2.bias"};
+  BOOST_REQUIRE_EQUAL(s.size(), names.size());
+  for (std::size_t i = 0; i < s.size(); ++i) BOOST_TEST(s[i].name == names[i]);
+  BOOST_TEST(s[2].shape == (std::vector<std::int64_t>{24, 8}));
+  BOOST_TEST(s[8].shape == (std::vector<std::int64_t>{16, 8}));
+  BOOST_TEST(s[10].shape == (std::vector<std::int64_t>{8, 16}));
+  BOOST_TEST((s[0].init.kind == Init::Kind::ones));
+  BOOST_TEST((s[1].init.kind == Init::Kind::zeros));
+  BOOST_TEST((s[10].init.kind == Init::Kind::uniform));
+  BOOST_TEST(s[10].init.scale == 0.25);  // 1/sqrt(fan_in = 16)
+  BOOST_TEST(param_numel(s) == 16 + 24 * 8 + 24 + 64 + 8 + 16 + 16 * 8 + 16 + 8 * 16 + 8);
+  BOOST_TEST(block.kind() == "TransformerLayer");
+  BOOST_TEST(block.output_shape({2, 3, 8}).features == 8);
+
+  LayerNormLinear<float> lnl(8, 4, /*bias=*/false);
+  const auto t = lnl.param_specs();
+  BOOST_REQUIRE_EQUAL(t.size(), 3u);
+  BOOST_TEST(t[2].name == "weight");
+  Embedding<float> emb(10, 4, 3);
+  BOOST_TEST(emb.param_specs()[1].name == "position");
+  BOOST_TEST(emb.in_features() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(bad_shapes_and_arguments_throw) {
+  Linear<float> l(4, 3);
+  auto p = allocate_parameters(l);
+  auto cp = const_views(p);
+  auto g = zero_grads(l);
+  Kokkos::View<float*> x("x", 2 * 4), y("y", 2 * 3), dx("dx", 2 * 4), dy("dy", 2 * 3);
+  const ActShape s{1, 2, 4};
+
+  expect_error<Error>([&] { l.backward(dy, cp, g, dx); }, "backward before forward");
+  expect_error<Error>([&] { l.forward(x, {1, 2, 5}, cp, y); }, "features != in_features");
+  expect_error<Error>([&] { l.forward(x, {1, 3, 4}, cp, y); }, "x too small for shape");
+  expect_error<Error>([&] { l.forward(x, {0, 2, 4}, cp, y); }, "empty batch");
+  expect_error<Error>([&] { l.forward(x, s, cp, Kokkos::View<float*>("y", 5)); }, "y size");
+  expect_error<Error>([&] { l.forward(x, s, {cp[0]}, y); }, "missing param");
+  expect_error<Error>([&] { l.forward(x, s, {cp[0], Kokkos::View<float*>("b", 4)}, y); },
+                      "bias size");
+  l.forward(x, s, cp, y);
+  expect_error<Error>([&] { l.backward(Kokkos::View<float*>("dy", 5), cp, g, dx); }, "dy size");
+  expect_error<Error>([&] { l.backward(dy, cp, g, Kokkos::View<float*>("dx", 7)); }, "dx size");
+  expect_error<Error>([&] { l.backward(dy, cp, {g[0]}, dx); }, "missing grad");
+  BOOST_CHECK_NO_THROW(l.backward(dy, cp, g, dx));
+  l.release();
+  expect_error<Error>([&] { l.backward(dy, cp, g, dx); }, "backward after release");
+
+  expect_error<Error>([] { Linear<float>(0, 3); }, "Linear zero in");
+  expect_error<Error>([] { LayerNorm<float>(0); }, "LayerNorm zero");
+  expect_error<Error>([] { LayerNorm<float>(4, 0.0); }, "LayerNorm eps 0");
+  expect_error<Error>([] { CausalSelfAttention<float>(10, 3); }, "d not divisible by heads");
+  expect_error<Error>([] { TransformerLayer<float>(8, 0, 16); }, "zero heads");
+  expect_error<Error>([] { LayerNormMLP<float>(8, 0); }, "zero hidden");
+  expect_error<Error>([] { Embedding<float>(0, 4); }, "empty vocab");
+  expect_error<Error>([] { Embedding<float>((1 << 25) + 3, 4); }, "vocab not exact in float");
+
+  // Embedding: ids must be integers in [0, vocab); seq <= max_seq.
+  Embedding<double> e(5, 4, 3);
+  auto ep = const_views(allocate_parameters(e));
+  Kokkos::View<double*> ey("y", 3 * 4);
+  expect_error<Error>([&] { e.forward(to_device<double>({1, 5, 2}), {1, 3, 1}, ep, ey); },
+                      "id == vocab");
+  expect_error<Error>([&] { e.forward(to_device<double>({1, -1, 2}), {1, 3, 1}, ep, ey); },
+                      "negative id");
+  expect_error<Error>([&] { e.forward(to_device<double>({1, 2.5, 2}), {1, 3, 1}, ep, ey); },
+                      "fractional id");
+  Kokkos::View<double*> ey4("y", 4 * 4);
+  expect_error<Error>([&] { e.forward(to_device<double>({1, 2, 3, 4}), {1, 4, 1}, ep, ey4); },
+                      "seq > max_seq");
+  BOOST_CHECK_NO_THROW(e.forward(to_device<double>({4, 0, 2}), {1, 3, 1}, ep, ey));
+
+  // Error messages say what was wrong and what was expected.
+  try {
+    l.forward(x, {1, 2, 5}, cp, y);
+    BOOST_FAIL("no throw");
+  } catch (const Error& err) {
+    BOOST_TEST(std::string(err.what()).find("Linear::forward") != std::string::npos);
+    BOOST_TEST(err.expected().find("in_features=4") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
