@@ -9,9 +9,34 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options unit_test_framework)
 
+# A Kokkos 3.x CUDA build under CUDA >= 12 only compiles with our compat header
+# force-included, and only runs on sm_90 (H100/H200) with sm_90 SASS added
+# through NVCC_APPEND_FLAGS (see presets/cuda.json and ../shared/TOOLCHAIN.md).
+# Say so at configure time rather than with a wall of nvcc errors.
+function(kshard_check_cuda_recipe)
+  if(Kokkos_VERSION VERSION_GREATER_EQUAL 4.0 OR CUDAToolkit_VERSION VERSION_LESS 12.0)
+    return()
+  endif()
+  if(NOT CMAKE_CXX_FLAGS MATCHES "-include[ =]*[^ ]*kshard/compat/cuda13_kokkos\\.hpp")
+    message(FATAL_ERROR "kshard: Kokkos ${Kokkos_VERSION} with CUDA ${CUDAToolkit_VERSION} needs "
+      "'-include <kshard>/mesh/include/kshard/compat/cuda13_kokkos.hpp' in CMAKE_CXX_FLAGS "
+      "(CMAKE_CXX_FLAGS is '${CMAKE_CXX_FLAGS}'); use the cuda preset")
+  endif()
+  if(NOT CMAKE_CXX_COMPILER_LAUNCHER MATCHES "NVCC_APPEND_FLAGS=.*sm_90" OR
+     NOT CMAKE_CXX_LINKER_LAUNCHER MATCHES "NVCC_APPEND_FLAGS=.*sm_90")
+    message(WARNING "kshard: no sm_90 SASS requested (CMAKE_CXX_COMPILER_LAUNCHER and "
+      "CMAKE_CXX_LINKER_LAUNCHER without NVCC_APPEND_FLAGS=...sm_90): Kokkos::Cuda::initialize "
+      "aborts on H100/H200 GPUs. The cuda preset sets both.")
+  endif()
+endfunction()
+
 if(KSHARD_KOKKOS_CUDA)
+  # Kokkos' config has already defined CUDA::cudart and CUDA::cuda_driver
+  # (imported, pointing into the toolkit it was built with); FindCUDAToolkit
+  # keeps those and adds the rest (CUDA::cublas for the engine).
   find_package(CUDAToolkit REQUIRED)
   option(KSHARD_ENABLE_NCCL "NCCL communicator backend" ON)
+  kshard_check_cuda_recipe()
 else()
   set(KSHARD_ENABLE_NCCL OFF)
   # Host GEMM: OpenBLAS' CBLAS interface.
@@ -28,5 +53,23 @@ if(KSHARD_ENABLE_NCCL)
     target_include_directories(kshard_nccl INTERFACE ${KSHARD_NCCL_INCLUDE_DIR})
     target_link_libraries(kshard_nccl INTERFACE ${KSHARD_NCCL_LIBRARY})
   endif()
+  file(STRINGS "${KSHARD_NCCL_INCLUDE_DIR}/nccl.h" _nccl_defs REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) +[0-9]+")
+  set(KSHARD_NCCL_VERSION "")
+  foreach(_part MAJOR MINOR PATCH)
+    string(REGEX MATCH "NCCL_${_part} +([0-9]+)" _m "${_nccl_defs}")
+    list(APPEND KSHARD_NCCL_VERSION "${CMAKE_MATCH_1}")
+  endforeach()
+  list(JOIN KSHARD_NCCL_VERSION "." KSHARD_NCCL_VERSION)
+  # ncclAvg and ncclBfloat16 (mesh/src/nccl/nccl_comm.cpp) appeared in 2.10.
+  if(KSHARD_NCCL_VERSION VERSION_LESS 2.10)
+    message(FATAL_ERROR "kshard: NCCL ${KSHARD_NCCL_VERSION} at ${KSHARD_NCCL_INCLUDE_DIR} is too old; "
+                        "the NCCL backend needs >= 2.10 (or configure with -DKSHARD_ENABLE_NCCL=OFF)")
+  endif()
 endif()
-message(STATUS "kshard: Kokkos ${Kokkos_VERSION}, CUDA=${KSHARD_KOKKOS_CUDA}, NCCL=${KSHARD_ENABLE_NCCL}")
+if(KSHARD_ENABLE_NCCL)
+  message(STATUS "kshard: Kokkos ${Kokkos_VERSION}, CUDA=ON (toolkit ${CUDAToolkit_VERSION}), NCCL=ON (${KSHARD_NCCL_VERSION}, ${KSHARD_NCCL_LIBRARY})")
+elseif(KSHARD_KOKKOS_CUDA)
+  message(STATUS "kshard: Kokkos ${Kokkos_VERSION}, CUDA=ON (toolkit ${CUDAToolkit_VERSION}), NCCL=OFF")
+else()
+  message(STATUS "kshard: Kokkos ${Kokkos_VERSION}, CUDA=OFF, NCCL=OFF")
+endif()

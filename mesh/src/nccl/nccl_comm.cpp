@@ -20,7 +20,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstring>
+#include <type_traits>
 #include <string>
 #include <utility>
 
@@ -103,6 +103,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   throw Error("unknown reduce op on the NCCL backend", "sum, avg, max or min");
 }
 
+static_assert(std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::Cuda>::value,
+              "the NCCL backend orders collectives on the default execution space's CUDA stream");
+// Kokkos 3.4's default instance uses the legacy default stream (nullptr);
+// asking keeps us right if Kokkos is initialised with a stream of its own.
 cudaStream_t kokkos_stream() { return Kokkos::DefaultExecutionSpace().cuda_stream(); }
 
 enum class Kind { all_gather, reduce_scatter, all_reduce, broadcast };
@@ -183,6 +187,12 @@ class NcclComm final : public CommImpl {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && comm_) (void)ncclCommDestroy(comm_);
+    // A communicator that outlives Kokkos::finalize must not free Kokkos
+    // allocations (Kokkos aborts): leak the staging caches instead.
+    if (!Kokkos::is_initialized()) {
+      (void)new DeviceBytes(std::move(send_cache_));
+      (void)new DeviceBytes(std::move(recv_cache_));
+    }
   }
 
   Backend backend() const noexcept override { return Backend::nccl; }
