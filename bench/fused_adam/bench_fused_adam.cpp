@@ -1,6 +1,7 @@
 // kshard-bench-fused-adam: is FusedAdam memory-bound?
 //
 //   kshard-bench-fused-adam [--params N|2^K] [--reps R] [--warmup W] [--moments f32|bf16]
+//                           [--offset K]
 //
 // In one run, on the default execution space, interleaving the two so that
 // they see the same machine: (1) Kokkos::deep_copy of a buffer of 14 B/param
@@ -11,6 +12,8 @@
 // statistics pass (one more read of grad: 4 B/param) and two tiny
 // all_reduces; the update kernel alone (apply()) and the statistics pass
 // alone are timed too, so the figures can be read either way.
+// --offset K starts master and grad K floats into their allocations (K not a
+// multiple of 4: unaligned, so the device kernel cannot use 16-byte loads).
 // Each figure is the median of R timed repetitions after W warm-ups, with a
 // fence before and after each one. Run it as a single process (no mpiexec).
 #include <algorithm>
@@ -82,6 +85,7 @@ int main(int argc, char** argv) {
   std::int64_t n = std::int64_t(1) << 26;
 #endif
   int reps = 10, warmup = 2;
+  std::int64_t offset = 0;
   std::string moments = "f32";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -96,15 +100,17 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--warmup") warmup = std::stoi(next());
     else if (a == "--moments") moments = next();
+    else if (a == "--offset") offset = std::stoll(next());
     else {
       std::fprintf(stderr,
-                   "usage: %s [--params N|2^K] [--reps R] [--warmup W] [--moments f32|bf16]\n",
+                   "usage: %s [--params N|2^K] [--reps R] [--warmup W] [--moments f32|bf16] "
+                   "[--offset K]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (n < 2 || reps < 1 || warmup < 0) {
-    std::fprintf(stderr, "need --params >= 2, --reps >= 1, --warmup >= 0\n");
+  if (n < 2 || reps < 1 || warmup < 0 || offset < 0) {
+    std::fprintf(stderr, "need --params >= 2, --reps >= 1, --warmup >= 0, --offset >= 0\n");
     return 2;
   }
   const kshard::Communicator& world = session.world();
@@ -115,8 +121,9 @@ int main(int argc, char** argv) {
   {
     Kokkos::View<float*> src(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("bench.src")), copy_floats);
     Kokkos::View<float*> dst(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("bench.dst")), copy_floats);
-    Kokkos::View<float*> master(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("bench.master")), n);
-    Kokkos::View<float*> grad(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("bench.grad")), n);
+    Kokkos::View<float*> master_mem(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("bench.master")), n + offset);
+    Kokkos::View<float*> grad_mem(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("bench.grad")), n + offset);
+    Kokkos::View<float*> master(master_mem.data() + offset, n), grad(grad_mem.data() + offset, n);
     fill(src, 1, 1.0f);
     fill(dst, 2, 1.0f);
     fill(master, 3, 1.0f);
@@ -145,9 +152,10 @@ int main(int argc, char** argv) {
     const double c = median(t_copy), s = median(t_step), g = median(t_stats), a = median(t_apply);
     const double gb = 1e9;
     const double copy_bw = copy_bytes / c / gb;
-    std::printf("kshard-bench-fused-adam: %s, %lld params, moments %s, %d reps (median) after %d warm-ups\n",
-                Kokkos::DefaultExecutionSpace::name(), (long long)n, moments.c_str(), reps,
-                warmup);
+    std::printf("kshard-bench-fused-adam: %s, %lld params, moments %s, offset %lld, %d reps (median) "
+                "after %d warm-ups\n",
+                Kokkos::DefaultExecutionSpace::name(), (long long)n, moments.c_str(),
+                (long long)offset, reps, warmup);
     std::printf("  %-34s %9.3f ms  %8.2f GB/s  (%.2f GB read+write)\n", "copy (deep_copy, 14 B/param)",
                 c * 1e3, copy_bw, copy_bytes / gb);
     std::printf("  %-34s %9.3f ms  %8.2f GB/s  ratio %.3f  (%.2f GB at 28 B/param)\n",

@@ -325,9 +325,10 @@ int FusedAdam::add_group(Kokkos::View<float*> master, Kokkos::View<float*> grad,
     grp.state.exp_avg_sq_bf16 = Kokkos::View<bfloat16_t*>("kshard.optim.exp_avg_sq" + tag, n);
   }
   groups_.push_back(std::move(grp));
-  partials_ = Kokkos::View<double*>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kshard.optim.grad_stats")),
-      2 * groups_.size());
+  if (device_stats() && partials_.size() == 0)
+    partials_ = Kokkos::View<double*>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kshard.optim.grad_stats")),
+        2 * stat_slots());
   return g;
 }
 
@@ -342,16 +343,14 @@ GradStats FusedAdam::collect_stats(float loss_scale, double max_grad_norm) {
     problem += "max_grad_norm = " + std::to_string(max_grad_norm);
   const double ng = double(groups_.size());
 
-  // 1. One reduction kernel per non-empty group, all into one device buffer.
-  for (std::size_t k = 0; k < groups_.size(); ++k)
-    if (groups_[k].grad.size() > 0) launch_sum_squares(groups_[k].grad, partials_.data() + 2 * k);
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), partials_);
-  double sum = 0.0, nonfinite = 0.0;
-  for (std::size_t k = 0; k < groups_.size(); ++k) {
-    if (groups_[k].grad.size() == 0) continue;
-    sum += host(2 * k);
-    nonfinite += host(2 * k + 1);
-  }
+  // 1. One reduction kernel per non-empty group, then one small kernel that
+  // totals them (devices wait only there).
+  GradStatsBatch batch(partials_);
+  for (const Group& grp : groups_) batch.add(grp.grad);
+  double local[2];
+  batch.finish(local);
+  double sum = local[0];
+  const double nonfinite = local[1];
 
   // 2. The non-finite flag over the world (every rank must skip together),
   // with the group count and the loss-scale check riding along; then the sum

@@ -11,21 +11,28 @@ namespace {
 
 using namespace optim_detail;
 
+/// Scratch of the device statistics, kept between calls (clipping runs every
+/// step; a fresh device allocation each time would cost more than the
+/// kernels) and released when Kokkos finalises.
+Kokkos::View<double*, MemSpace>& norm_slots() {
+  static Kokkos::View<double*, MemSpace> slots;
+  if (slots.size() == 0 && device_stats()) {
+    slots = Kokkos::View<double*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kshard.cache:optim_norm_slots")),
+        2 * stat_slots());
+    Kokkos::push_finalize_hook([] { norm_slots() = Kokkos::View<double*, MemSpace>(); });
+  }
+  return slots;
+}
+
 /// This rank's sum of squares over all Views: one reduction kernel per
-/// non-empty View into one device buffer, one copy to the host, summed there
-/// in View order (deterministic).
+/// non-empty View, one total.
 double local_sum_squares(const std::vector<Kokkos::View<float*>>& grads) {
-  if (grads.empty()) return 0.0;
-  Kokkos::View<double*, MemSpace> partials(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kshard.optim.norm_partials")),
-      2 * grads.size());
-  for (std::size_t k = 0; k < grads.size(); ++k)
-    if (grads[k].size() > 0) launch_sum_squares(grads[k], partials.data() + 2 * k);
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), partials);
-  double sum = 0.0;
-  for (std::size_t k = 0; k < grads.size(); ++k)
-    if (grads[k].size() > 0) sum += host(2 * k);
-  return sum;
+  GradStatsBatch batch(norm_slots());
+  for (const auto& g : grads) batch.add(g);
+  double r[2];
+  batch.finish(r);
+  return r[0];
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <utility>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -57,30 +58,12 @@ inline void host_sqrt(float* x, int n) {
   for (; j < n; ++j) x[j] = std::sqrt(x[j]);
 }
 
-/// [0]: sum of squares in double, [1]: number of inf/NaN elements.
-struct SumSquaresNonfinite {
-  using value_type = double[];
-  unsigned value_count = 2;
-  Kokkos::View<const float*, MemSpace> g;
-
-  explicit SumSquaresNonfinite(Kokkos::View<const float*, MemSpace> grad) : g(grad) {}
-
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i, value_type acc) const {
-    const float x = g(i);
-    acc[0] += double(x) * double(x);
-    acc[1] += is_nonfinite(x) ? 1.0 : 0.0;
-  }
-  KOKKOS_INLINE_FUNCTION void init(value_type acc) const {
-    acc[0] = 0;
-    acc[1] = 0;
-  }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {
-    dst[0] += src[0];
-    dst[1] += src[1];
-  }
-};
-
-/// The same reduction, one block per index, eight independent lanes.
+/// The host shape of the statistics, one block per index: eight explicit
+/// double accumulators, a pattern GCC vectorises without -ffast-math. The
+/// non-finite count is taken only for a block whose sum is not finite: a sum
+/// of squares of kHostBlock finite floats cannot overflow a double
+/// (512 x (3.4e38)^2 ~ 6e79), so that happens exactly when the block holds
+/// an inf or NaN — rarely, and then the count is still exact.
 struct SumSquaresNonfiniteHost {
   using value_type = double[];
   unsigned value_count = 2;
@@ -91,22 +74,25 @@ struct SumSquaresNonfiniteHost {
     const std::int64_t begin = b * kHostBlock;
     const int len = int(n - begin < kHostBlock ? n - begin : kHostBlock);
     const float* __restrict x = g + begin;
-    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    std::int32_t c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
     int j = 0;
-    for (; j + 8 <= len; j += 8)
-      for (int k = 0; k < 8; ++k) {
-        const double d = x[j + k];
-        s[k] += d * d;
-        c[k] += is_nonfinite(x[j + k]) ? 1 : 0;
-      }
-    for (; j < len; ++j) {
-      const double d = x[j];
-      s[0] += d * d;
-      c[0] += is_nonfinite(x[j]) ? 1 : 0;
+    for (; j + 8 <= len; j += 8) {
+      s0 += double(x[j]) * double(x[j]);
+      s1 += double(x[j + 1]) * double(x[j + 1]);
+      s2 += double(x[j + 2]) * double(x[j + 2]);
+      s3 += double(x[j + 3]) * double(x[j + 3]);
+      s4 += double(x[j + 4]) * double(x[j + 4]);
+      s5 += double(x[j + 5]) * double(x[j + 5]);
+      s6 += double(x[j + 6]) * double(x[j + 6]);
+      s7 += double(x[j + 7]) * double(x[j + 7]);
     }
-    acc[0] += ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    acc[1] += double(((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7])));
+    for (; j < len; ++j) s0 += double(x[j]) * double(x[j]);
+    const double s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+    double bad = 0;
+    if (!std::isfinite(s))
+      for (j = 0; j < len; ++j) bad += is_nonfinite(x[j]) ? 1.0 : 0.0;
+    acc[0] += s;
+    acc[1] += bad;
   }
   void init(value_type acc) const {
     acc[0] = 0;
@@ -123,25 +109,146 @@ template <class Exec>
 inline constexpr bool is_host_exec_v =
     std::is_same_v<typename Exec::memory_space, Kokkos::HostSpace>;
 
-/// Launches the reduction of `grad` into result[0..1] (memory of the default
-/// space: no host synchronisation on devices). grad.size() > 0. A template
-/// so that the branch not taken is never instantiated (host-only functors
-/// must not meet a device policy under nvcc).
-template <class Exec = ExecSpace>
-void launch_sum_squares(const Kokkos::View<const float*, MemSpace>& grad, double* result) {
-  using Policy = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>;
-  Kokkos::View<double*, MemSpace, Kokkos::MemoryUnmanaged> out(result, 2);
-  const auto n = std::int64_t(grad.size());
-  if constexpr (is_host_exec_v<Exec>) {
-    if (!portable_kernels()) {
-      Kokkos::parallel_reduce("kshard.optim.grad_sum_squares", Policy(0, host_blocks(n)),
-                              SumSquaresNonfiniteHost{2, grad.data(), n}, out);
-      return;
+/// The device shape of the statistics. A Kokkos range reduction runs on a
+/// small grid in Kokkos 3.4 (at most block-size blocks: a fraction of an
+/// H200, ~1 TB/s measured), so the work is a parallel_for over `slots`
+/// virtual threads, about as many as the device holds resident: slot t walks
+/// units t, t + slots, ... (W floats each, one 16-byte load when W = 4;
+/// neighbouring slots read neighbouring units), four units per iteration for
+/// bytes in flight, and sets (first View of a batch) or adds its own pair of
+/// doubles in `out`. One small reduction over the slots ends the batch.
+template <int W>
+struct SlotSumSquares {
+  struct alignas(4 * W) Chunk {
+    float x[W];
+  };
+  const float* g;
+  std::int64_t n, units, slots;
+  double* out;
+  bool accumulate;
+
+  KOKKOS_INLINE_FUNCTION void add(const Chunk& c, double& s, double& bad) const {
+    for (int e = 0; e < W; ++e) {
+      s += double(c.x[e]) * double(c.x[e]);
+      bad += is_nonfinite(c.x[e]) ? 1.0 : 0.0;
     }
   }
-  Kokkos::parallel_reduce("kshard.optim.grad_sum_squares", Policy(0, n),
-                          SumSquaresNonfinite(grad), out);
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t t) const {
+    const Chunk* c = reinterpret_cast<const Chunk*>(g);
+    double s = 0, bad = 0;
+    std::int64_t u = t;
+    for (; u + 3 * slots < units; u += 4 * slots) {
+      const Chunk c0 = c[u], c1 = c[u + slots], c2 = c[u + 2 * slots], c3 = c[u + 3 * slots];
+      add(c0, s, bad);
+      add(c1, s, bad);
+      add(c2, s, bad);
+      add(c3, s, bad);
+    }
+    for (; u < units; u += slots) add(c[u], s, bad);
+    const std::int64_t tail = n - W * units;  // < W <= slots
+    if (t < tail) {
+      const float x = g[W * units + t];
+      s += double(x) * double(x);
+      bad += is_nonfinite(x) ? 1.0 : 0.0;
+    }
+    if (accumulate) {
+      out[2 * t] += s;
+      out[2 * t + 1] += bad;
+    } else {
+      out[2 * t] = s;
+      out[2 * t + 1] = bad;
+    }
+  }
+};
+
+/// Sums the slots' pairs: [0] sum of squares, [1] non-finite count.
+struct SlotTotal {
+  using value_type = double[];
+  unsigned value_count = 2;
+  const double* in;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t t, value_type acc) const {
+    acc[0] += in[2 * t];
+    acc[1] += in[2 * t + 1];
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type acc) const {
+    acc[0] = 0;
+    acc[1] = 0;
+  }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {
+    dst[0] += src[0];
+    dst[1] += src[1];
+  }
+};
+
+/// Number of slots for the device statistics: the resident threads of the
+/// default execution space (an H200: 132 x 2048), at least 4.
+inline std::int64_t stat_slots() {
+  std::int64_t c = std::int64_t(ExecSpace::concurrency());
+  if (c > (std::int64_t(1) << 20)) c = std::int64_t(1) << 20;
+  return c < 4 ? 4 : c;
 }
+
+/// Whether this build/run uses the device statistics (and needs slots).
+inline bool device_stats() {
+  if constexpr (is_host_exec_v<ExecSpace>) return portable_kernels();
+  return true;
+}
+
+/// Sum of squares (double) and non-finite count of a batch of gradient
+/// Views: one kernel per non-empty View, then finish(). On devices nothing
+/// waits until finish(); `slots` (2 x stat_slots() doubles) is the scratch.
+class GradStatsBatch {
+ public:
+  explicit GradStatsBatch(Kokkos::View<double*, MemSpace> slots) : slots_(std::move(slots)) {}
+
+  template <class Exec = ExecSpace>
+  void add(const Kokkos::View<const float*, MemSpace>& grad) {
+    using Policy = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>;
+    const auto n = std::int64_t(grad.size());
+    if (n == 0) return;
+    if constexpr (is_host_exec_v<Exec>) {
+      if (!portable_kernels()) {
+        double r[2] = {0, 0};
+        Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(r, 2);
+        Kokkos::parallel_reduce("kshard.optim.grad_sum_squares", Policy(0, host_blocks(n)),
+                                SumSquaresNonfiniteHost{2, grad.data(), n}, out);
+        host_[0] += r[0];
+        host_[1] += r[1];
+        return;
+      }
+    }
+    const std::int64_t slots = std::int64_t(slots_.size() / 2);
+    const bool wide = reinterpret_cast<std::uintptr_t>(grad.data()) % 16 == 0;
+    if (wide)
+      Kokkos::parallel_for("kshard.optim.grad_sum_squares", Policy(0, slots),
+                           SlotSumSquares<4>{grad.data(), n, n / 4, slots, slots_.data(), started_});
+    else
+      Kokkos::parallel_for("kshard.optim.grad_sum_squares", Policy(0, slots),
+                           SlotSumSquares<1>{grad.data(), n, n, slots, slots_.data(), started_});
+    started_ = true;
+  }
+
+  /// {sum of squares, non-finite count} of everything added; waits.
+  template <class Exec = ExecSpace>
+  void finish(double (&result)[2]) {
+    using Policy = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>;
+    result[0] = host_[0];
+    result[1] = host_[1];
+    if (!started_) return;
+    double r[2] = {0, 0};
+    Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(r, 2);
+    Kokkos::parallel_reduce("kshard.optim.grad_stats_total",
+                            Policy(0, std::int64_t(slots_.size() / 2)), SlotTotal{2, slots_.data()},
+                            out);  // a host result: waits for the kernels
+    result[0] += r[0];
+    result[1] += r[1];
+  }
+
+ private:
+  Kokkos::View<double*, MemSpace> slots_;
+  bool started_ = false;
+  double host_[2] = {0, 0};
+};
 
 struct ScaleInPlace {
   Kokkos::View<float*, MemSpace> g;

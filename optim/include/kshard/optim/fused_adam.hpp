@@ -18,7 +18,7 @@
 //
 // A step is:
 //  1. per group, one reduction kernel: sum of squares (double) and count of
-//     non-finite values of the gradient;
+//     non-finite values of the gradient (and one tiny kernel totalling them);
 //  2. two tiny all_reduces for all groups together: the sum of squares over
 //     the SHARD communicator only (in HSDP the replicas hold identical shards,
 //     so reducing over the world would count the norm once per replica), and
@@ -159,7 +159,7 @@ class FusedAdam {
   Communicator shard_comm_, world_;
   std::vector<Group> groups_;
   std::int64_t step_ = 0;
-  Kokkos::View<double*> partials_;  // per group: sum of squares, non-finite count
+  Kokkos::View<double*> partials_;  // device scratch of the gradient statistics
 };
 
 }  // namespace kshard
