@@ -39,7 +39,7 @@ void fire(const std::string& test, const std::string& phase, double ran, double 
   write_status("watchdog: test " + test + " exceeded " + std::to_string(int(limit)) + " s in " + phase);
   std::fflush(nullptr);
   // Give the other ranks' watchdogs time to speak before mpiexec kills them.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   ::_exit(kWatchdogExit);
 }
 
