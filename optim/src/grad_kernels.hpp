@@ -4,8 +4,8 @@
 //
 // Two shapes of each kernel: one element per index on devices (coalesced),
 // and on host execution spaces one block of kHostBlock elements per index,
-// written as plain loops that the compiler vectorises (several independent
-// accumulators for the reductions; see host_sqrt for the square root).
+// written so that one core vectorises them (see fused_adam.cpp for the
+// update, SumSquaresNonfiniteHost for the statistics).
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -46,22 +46,47 @@ KOKKOS_INLINE_FUNCTION bool is_nonfinite(float x) {
   return (u & 0x7F800000u) == 0x7F800000u;
 }
 
-/// x[j] = sqrt(x[j]), correctly rounded. Without -fno-math-errno (which this
-/// library does not impose on its users' flags) GCC keeps a libm call per
-/// element for errno and will not vectorise std::sqrt, so on x86 the square
-/// roots of a block are taken with SQRTPS (IEEE, same result).
-inline void host_sqrt(float* x, int n) {
-  int j = 0;
-#if defined(__SSE2__) && !defined(__CUDACC__)
-  for (; j + 4 <= n; j += 4) _mm_storeu_ps(x + j, _mm_sqrt_ps(_mm_loadu_ps(x + j)));
-#endif
-  for (; j < n; ++j) x[j] = std::sqrt(x[j]);
+/// Sum of squares of x[0..len) in double with eight explicit accumulators,
+/// a pattern GCC vectorises without -ffast-math (each accumulator is its own
+/// lane, so vectorising does not reorder a single addition). Host only.
+#define KSHARD_OPTIM_SUM_SQUARES_BODY                                               \
+  {                                                                                  \
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;          \
+    int j = 0;                                                                       \
+    for (; j + 8 <= len; j += 8) {                                                   \
+      s0 += double(x[j]) * double(x[j]);                                             \
+      s1 += double(x[j + 1]) * double(x[j + 1]);                                     \
+      s2 += double(x[j + 2]) * double(x[j + 2]);                                     \
+      s3 += double(x[j + 3]) * double(x[j + 3]);                                     \
+      s4 += double(x[j + 4]) * double(x[j + 4]);                                     \
+      s5 += double(x[j + 5]) * double(x[j + 5]);                                     \
+      s6 += double(x[j + 6]) * double(x[j + 6]);                                     \
+      s7 += double(x[j + 7]) * double(x[j + 7]);                                     \
+    }                                                                                \
+    for (; j < len; ++j) s0 += double(x[j]) * double(x[j]);                          \
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));                        \
+  }
+inline double host_sum_squares_base(const float* __restrict x, int len)
+    KSHARD_OPTIM_SUM_SQUARES_BODY
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__CUDACC__)
+// The float->double conversions bound this loop on one core with SSE2's
+// two lanes; where the CPU has AVX2 the same source runs four wide (same
+// additions, same result: ~25% faster measured).
+__attribute__((target("avx2"))) inline double host_sum_squares_avx2(const float* __restrict x,
+                                                                    int len)
+    KSHARD_OPTIM_SUM_SQUARES_BODY
+inline double host_sum_squares(const float* x, int len) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2 ? host_sum_squares_avx2(x, len) : host_sum_squares_base(x, len);
 }
+#else
+inline double host_sum_squares(const float* x, int len) { return host_sum_squares_base(x, len); }
+#endif
+#undef KSHARD_OPTIM_SUM_SQUARES_BODY
 
-/// The host shape of the statistics, one block per index: eight explicit
-/// double accumulators, a pattern GCC vectorises without -ffast-math. The
-/// non-finite count is taken only for a block whose sum is not finite: a sum
-/// of squares of kHostBlock finite floats cannot overflow a double
+/// The host shape of the statistics, one block per index. The non-finite
+/// count is taken only for a block whose sum is not finite: a sum of squares
+/// of kHostBlock finite floats cannot overflow a double
 /// (512 x (3.4e38)^2 ~ 6e79), so that happens exactly when the block holds
 /// an inf or NaN — rarely, and then the count is still exact.
 struct SumSquaresNonfiniteHost {
@@ -73,24 +98,11 @@ struct SumSquaresNonfiniteHost {
   void operator()(const std::int64_t b, value_type acc) const {
     const std::int64_t begin = b * kHostBlock;
     const int len = int(n - begin < kHostBlock ? n - begin : kHostBlock);
-    const float* __restrict x = g + begin;
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-    int j = 0;
-    for (; j + 8 <= len; j += 8) {
-      s0 += double(x[j]) * double(x[j]);
-      s1 += double(x[j + 1]) * double(x[j + 1]);
-      s2 += double(x[j + 2]) * double(x[j + 2]);
-      s3 += double(x[j + 3]) * double(x[j + 3]);
-      s4 += double(x[j + 4]) * double(x[j + 4]);
-      s5 += double(x[j + 5]) * double(x[j + 5]);
-      s6 += double(x[j + 6]) * double(x[j + 6]);
-      s7 += double(x[j + 7]) * double(x[j + 7]);
-    }
-    for (; j < len; ++j) s0 += double(x[j]) * double(x[j]);
-    const double s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+    const float* x = g + begin;
+    const double s = host_sum_squares(x, len);
     double bad = 0;
     if (!std::isfinite(s))
-      for (j = 0; j < len; ++j) bad += is_nonfinite(x[j]) ? 1.0 : 0.0;
+      for (int j = 0; j < len; ++j) bad += is_nonfinite(x[j]) ? 1.0 : 0.0;
     acc[0] += s;
     acc[1] += bad;
   }
