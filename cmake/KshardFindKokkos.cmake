@@ -8,6 +8,15 @@
 # directory that actually holds Kokkos_Core.hpp (include/trilinos on Debian).
 include_guard(GLOBAL)
 
+# A CUDA Kokkos' config defines CUDA::cudart and CUDA::cuda_driver itself
+# unless they exist, with the library paths of the machine Kokkos was built on
+# (/usr/local/cuda/lib/... here). Finding the toolkit first makes those the
+# targets of the toolkit this build actually uses, so a Kokkos install carried
+# to another machine (ci/gpu-run) still links. nvcc_wrapper as the compiler is
+# how every CUDA Kokkos 3.x build is compiled.
+if(CMAKE_CXX_COMPILER MATCHES "nvcc_wrapper$")
+  find_package(CUDAToolkit REQUIRED)
+endif()
 find_package(Kokkos REQUIRED)
 
 function(_kshard_fix_kokkos_includes)
