@@ -34,6 +34,14 @@
 // collective over `world`: a bad argument on any rank is a kshard::Error on
 // every rank. The update kernels are ordered on the default execution space;
 // step() does not wait for them (the reduction results are waited for).
+//
+// Cost: the update reads master, grad, m, v and writes master, m, v: 28 B per
+// parameter with fp32 state (+2 with a 16-bit model copy; 20 with bf16
+// moments). The statistics are one more read of the gradient (4 B), needed
+// before any update because of clipping and the skip; a caller that already
+// has them (e.g. summed in the reduce-scatter's epilogue) calls apply().
+// The step counter is a host integer: the skip decision comes to the host
+// anyway (StepResult), so a device copy would buy nothing.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -115,6 +123,11 @@ class FusedAdam {
   /// Collective over `world`; `shard_comm` is the shard dimension of the mesh
   /// this rank is in (equal to `world` for plain FSDP).
   FusedAdam(AdamOptions options, Communicator shard_comm, Communicator world);
+  // Move-only: a copy would share (and silently co-update) the moments.
+  FusedAdam(const FusedAdam&) = delete;
+  FusedAdam& operator=(const FusedAdam&) = delete;
+  FusedAdam(FusedAdam&&) = default;
+  FusedAdam& operator=(FusedAdam&&) = default;
 
   /// Registers one flat shard (sizes may be 0). Collective over world.
   /// Returns the group index.
