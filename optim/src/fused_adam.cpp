@@ -127,12 +127,40 @@ inline bool aligned(const void* p, std::size_t bytes) {
 
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #define KSHARD_OPTIM_HOST_SSE 1
-// Four elements in an SSE register; 16-bit moments and model copies convert
-// lane by lane (the same RNE as everywhere).
+// bf16 <-> float, four lanes, bit for bit what to_float / from_float do:
+// widening sets the quiet bit of NaNs; narrowing rounds to nearest even, and
+// NaNs keep sign and payload with the quiet bit set.
+inline __m128 bf16x4_to_float(const bfloat16_t* p) {
+  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  __m128i u = _mm_unpacklo_epi16(_mm_setzero_si128(), h);  // bits << 16
+  const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, _mm_set1_epi32(0x7FFFFFFF)),
+                                      _mm_set1_epi32(0x7F800000));
+  u = _mm_or_si128(u, _mm_and_si128(nan, _mm_set1_epi32(0x00400000)));
+  return _mm_castsi128_ps(u);
+}
+inline void float_to_bf16x4(bfloat16_t* p, __m128 x) {
+  const __m128i u = _mm_castps_si128(x);
+  const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, _mm_set1_epi32(0x7FFFFFFF)),
+                                      _mm_set1_epi32(0x7F800000));
+  const __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
+  const __m128i rounded = _mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7FFF)), lsb);
+  const __m128i quiet = _mm_or_si128(u, _mm_set1_epi32(0x00400000));
+  __m128i r = _mm_or_si128(_mm_and_si128(nan, quiet), _mm_andnot_si128(nan, rounded));
+  // High halves to 16 bits: SSE2 only packs with signed saturation, so shift
+  // the range to signed and back.
+  r = _mm_sub_epi32(_mm_srli_epi32(r, 16), _mm_set1_epi32(0x8000));
+  r = _mm_add_epi16(_mm_packs_epi32(r, r), _mm_set1_epi16(std::int16_t(-0x8000)));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), r);
+}
+
+// Four elements in an SSE register; fp16 model copies convert lane by lane
+// (the same RNE as everywhere).
 template <class T>
 inline __m128 host_load4(const T* p) {
   if constexpr (std::is_same_v<T, float>) {
     return _mm_loadu_ps(p);
+  } else if constexpr (std::is_same_v<T, bfloat16_t>) {
+    return bf16x4_to_float(p);
   } else {
     alignas(16) float f[4];
     for (int k = 0; k < 4; ++k) f[k] = to_float(p[k]);
@@ -143,6 +171,8 @@ template <class T>
 inline void host_store4(T* p, __m128 x) {
   if constexpr (std::is_same_v<T, float>) {
     _mm_storeu_ps(p, x);
+  } else if constexpr (std::is_same_v<T, bfloat16_t>) {
+    float_to_bf16x4(p, x);
   } else {
     alignas(16) float f[4];
     _mm_store_ps(f, x);
