@@ -117,13 +117,7 @@ Request run_collective(CommImpl& impl, CollKind kind, const CollArgs& a) {
       throw;
     }
   }
-  std::unique_ptr<PendingOp> op;
-  switch (kind) {
-    case CollKind::all_gather: op = impl.all_gather(a); break;
-    case CollKind::reduce_scatter: op = impl.reduce_scatter(a); break;
-    case CollKind::all_reduce: op = impl.all_reduce(a); break;
-    case CollKind::broadcast: op = impl.broadcast(a); break;
-  }
+  std::unique_ptr<PendingOp> op = impl.collective(kind, a);
   if (!op) {
     impl.trace().finish(seq);
     return Request();

@@ -34,7 +34,6 @@ void copy_to_device(void* dev, const void* host, std::size_t n) {
                     ConstBytes<compat::StagingSpace>(static_cast<const char*>(host), n));
 }
 
-enum class Kind { all_gather, reduce_scatter, all_reduce, broadcast };
 
 // What remains to do once MPI has finished: copy staged results back, divide for avg.
 struct Completion {
@@ -73,18 +72,6 @@ class MpiComm final : public CommImpl {
   MpiComm(MPI_Comm owned, std::string name) : CommImpl(owned, std::move(name)) {}
 
   Backend backend() const noexcept override { return Backend::mpi; }
-  std::unique_ptr<PendingOp> all_gather(const CollArgs& a) override {
-    return start(Kind::all_gather, a);
-  }
-  std::unique_ptr<PendingOp> reduce_scatter(const CollArgs& a) override {
-    return start(Kind::reduce_scatter, a);
-  }
-  std::unique_ptr<PendingOp> all_reduce(const CollArgs& a) override {
-    return start(Kind::all_reduce, a);
-  }
-  std::unique_ptr<PendingOp> broadcast(const CollArgs& a) override {
-    return start(Kind::broadcast, a);
-  }
   std::shared_ptr<CommImpl> split(int color, int key, const std::string& name) override {
     MPI_Comm c;
     MPI_Comm_split(control_, color, key, &c);
@@ -102,7 +89,7 @@ class MpiComm final : public CommImpl {
     return cache;
   }
 
-  std::unique_ptr<PendingOp> start(Kind kind, const CollArgs& a) {
+  std::unique_ptr<PendingOp> collective(CollKind kind, const CollArgs& a) override {
     // Collectives see all work launched before them on the default space.
     Kokkos::fence();
     if (a.send_count > std::size_t(INT_MAX) || a.recv_count > std::size_t(INT_MAX))
@@ -117,14 +104,14 @@ class MpiComm final : public CommImpl {
     // In place: all_reduce/broadcast on one buffer, all_gather from its own block.
     const std::size_t own_offset = std::size_t(rank()) * sbytes;
     const bool in_place =
-        kind == Kind::broadcast ||
-        (kind == Kind::all_reduce && a.send == a.recv) ||
-        (kind == Kind::all_gather && a.send == static_cast<const char*>(a.recv) + own_offset);
+        kind == CollKind::broadcast ||
+        (kind == CollKind::all_reduce && a.send == a.recv) ||
+        (kind == CollKind::all_gather && a.send == static_cast<const char*>(a.recv) + own_offset);
 
     Completion c;
     c.args = a;
     c.recv_bytes = rbytes;
-    if (a.op == ReduceOp::avg && (kind == Kind::reduce_scatter || kind == Kind::all_reduce))
+    if (a.op == ReduceOp::avg && (kind == CollKind::reduce_scatter || kind == CollKind::all_reduce))
       c.divisor = size();
 
     const void* s = a.send;
@@ -133,7 +120,7 @@ class MpiComm final : public CommImpl {
       c.recv_stage = staging(recv_cache_, rbytes, a.blocking, "kshard.mpi_staging");
       r = c.recv_stage.data();
       if (in_place) {
-        if (kind == Kind::all_gather)
+        if (kind == CollKind::all_gather)
           copy_to_host(static_cast<char*>(r) + own_offset, a.send, sbytes);
         else
           copy_to_host(r, a.recv, rbytes);
@@ -153,25 +140,25 @@ class MpiComm final : public CommImpl {
     MPI_Request req = MPI_REQUEST_NULL;
     const MPI_Op op = mpi_op(a.op, a.dtype);
     switch (kind) {
-      case Kind::all_gather:
+      case CollKind::all_gather:
         if (a.blocking)
           MPI_Allgather(sp, n_send, dt, r, n_send, dt, control_);
         else
           MPI_Iallgather(sp, n_send, dt, r, n_send, dt, control_, &req);
         break;
-      case Kind::reduce_scatter:
+      case CollKind::reduce_scatter:
         if (a.blocking)
           MPI_Reduce_scatter_block(s, r, n_recv, dt, op, control_);
         else
           MPI_Ireduce_scatter_block(s, r, n_recv, dt, op, control_, &req);
         break;
-      case Kind::all_reduce:
+      case CollKind::all_reduce:
         if (a.blocking)
           MPI_Allreduce(sp, r, n_recv, dt, op, control_);
         else
           MPI_Iallreduce(sp, r, n_recv, dt, op, control_, &req);
         break;
-      case Kind::broadcast:
+      case CollKind::broadcast:
         if (a.blocking)
           MPI_Bcast(r, n_recv, dt, a.root, control_);
         else

@@ -109,14 +109,13 @@ static_assert(std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::Cuda>::value,
 // asking keeps us right if Kokkos is initialised with a stream of its own.
 cudaStream_t kokkos_stream() { return Kokkos::DefaultExecutionSpace().cuda_stream(); }
 
-enum class Kind { all_gather, reduce_scatter, all_reduce, broadcast };
 
-const char* nccl_call_name(Kind k) {
+const char* nccl_call_name(CollKind k) {
   switch (k) {
-    case Kind::all_gather: return "ncclAllGather";
-    case Kind::reduce_scatter: return "ncclReduceScatter";
-    case Kind::all_reduce: return "ncclAllReduce";
-    case Kind::broadcast: return "ncclBroadcast";
+    case CollKind::all_gather: return "ncclAllGather";
+    case CollKind::reduce_scatter: return "ncclReduceScatter";
+    case CollKind::all_reduce: return "ncclAllReduce";
+    case CollKind::broadcast: return "ncclBroadcast";
   }
   return "nccl?";
 }
@@ -196,19 +195,6 @@ class NcclComm final : public CommImpl {
   }
 
   Backend backend() const noexcept override { return Backend::nccl; }
-  std::unique_ptr<PendingOp> all_gather(const CollArgs& a) override {
-    return start(Kind::all_gather, a);
-  }
-  std::unique_ptr<PendingOp> reduce_scatter(const CollArgs& a) override {
-    return start(Kind::reduce_scatter, a);
-  }
-  std::unique_ptr<PendingOp> all_reduce(const CollArgs& a) override {
-    return start(Kind::all_reduce, a);
-  }
-  std::unique_ptr<PendingOp> broadcast(const CollArgs& a) override {
-    return start(Kind::broadcast, a);
-  }
-
   std::shared_ptr<CommImpl> split(int color, int key, const std::string& name) override {
     // MPI_Comm_split semantics, but every rank must land in a group (a
     // Communicator is never null). A negative color (MPI_UNDEFINED included)
@@ -301,7 +287,7 @@ class NcclComm final : public CommImpl {
     return cache;
   }
 
-  std::unique_ptr<PendingOp> start(Kind kind, const CollArgs& a) {
+  std::unique_ptr<PendingOp> collective(CollKind kind, const CollArgs& a) override {
     const std::size_t es = dtype_size(a.dtype);
     const std::size_t sbytes = a.send_count * es, rbytes = a.recv_count * es;
     // Zero elements: nothing to move, and a zero-size View's data() is null,
@@ -323,7 +309,7 @@ class NcclComm final : public CommImpl {
       stage.host_recv = a.recv;
       stage.recv_bytes = rbytes;
       r = stage.recv.data();
-      if (kind == Kind::broadcast) {
+      if (kind == CollKind::broadcast) {
         s = r;
         if (rank() == a.root)
           check_cuda(cudaMemcpyAsync(r, a.recv, rbytes, cudaMemcpyDefault, stream),
@@ -338,16 +324,16 @@ class NcclComm final : public CommImpl {
 
     ncclResult_t rc = ncclSuccess;
     switch (kind) {
-      case Kind::all_gather:
+      case CollKind::all_gather:
         rc = ncclAllGather(s, r, a.send_count, dt, comm_, stream);
         break;
-      case Kind::reduce_scatter:
+      case CollKind::reduce_scatter:
         rc = ncclReduceScatter(s, r, a.recv_count, dt, nccl_op(a.op), comm_, stream);
         break;
-      case Kind::all_reduce:
+      case CollKind::all_reduce:
         rc = ncclAllReduce(s, r, a.recv_count, dt, nccl_op(a.op), comm_, stream);
         break;
-      case Kind::broadcast:  // in place: Communicator passes one buffer
+      case CollKind::broadcast:  // in place: Communicator passes one buffer
         rc = ncclBroadcast(r, r, a.recv_count, dt, a.root, comm_, stream);
         break;
     }
@@ -368,9 +354,9 @@ class NcclComm final : public CommImpl {
     return std::make_unique<NcclOp>(ev, std::move(stage));
   }
 
-  std::string describe(Kind kind, const CollArgs& a) const {
+  std::string describe(CollKind kind, const CollArgs& a) const {
     return std::string(nccl_call_name(kind)) + " on '" + name() + "' (" + dtype_name(a.dtype) + ", " +
-           std::to_string(kind == Kind::reduce_scatter ? a.recv_count : a.send_count) +
+           std::to_string(kind == CollKind::reduce_scatter ? a.recv_count : a.send_count) +
            " elements per rank, CUDA device " + std::to_string(device_) + ")";
   }
 

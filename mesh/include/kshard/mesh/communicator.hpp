@@ -31,7 +31,6 @@
 namespace kshard {
 
 namespace detail {
-enum class CollKind { all_gather, reduce_scatter, all_reduce, broadcast };
 Request run_collective(CommImpl& impl, CollKind kind, const CollArgs& args);
 [[noreturn]] void throw_size_error(const CommImpl& impl, const char* op, std::size_t got,
                                    std::size_t expected, const char* what);

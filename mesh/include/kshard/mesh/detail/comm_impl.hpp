@@ -22,6 +22,7 @@ const char* backend_name(Backend b) noexcept;
 namespace detail {
 
 enum class MemKind { host, device };
+enum class CollKind { all_gather, reduce_scatter, all_reduce, broadcast };
 
 /// A collective's arguments on this rank, as the backends see them.
 struct CollArgs {
@@ -54,12 +55,9 @@ class CommImpl {
   void set_validate(bool on) noexcept { validate_ = on; }
 
   virtual Backend backend() const noexcept = 0;
-  // Each returns nullptr when the operation is already complete (always so
-  // when args.blocking is set).
-  virtual std::unique_ptr<PendingOp> all_gather(const CollArgs& a) = 0;
-  virtual std::unique_ptr<PendingOp> reduce_scatter(const CollArgs& a) = 0;
-  virtual std::unique_ptr<PendingOp> all_reduce(const CollArgs& a) = 0;
-  virtual std::unique_ptr<PendingOp> broadcast(const CollArgs& a) = 0;
+  /// Runs one collective on checked, agreed arguments. Returns nullptr when
+  /// the operation is already complete (always so when args.blocking is set).
+  virtual std::unique_ptr<PendingOp> collective(CollKind kind, const CollArgs& a) = 0;
   virtual void barrier();
   /// Same ranks grouping as MPI_Comm_split; collective over this communicator.
   virtual std::shared_ptr<CommImpl> split(int color, int key, const std::string& name) = 0;
