@@ -272,8 +272,12 @@ BOOST_DATA_TEST_CASE(schedule_options_are_bitwise_identical, bdata::xrange(4) * 
 
 // no_sync: M micro-batches of rows/M, gradients accumulated unsharded and
 // reduced once, equal one batch of all rows: the mean loss gradient is the
-// mean of the micro-batch means, so only f32 summation order differs
-// (1e-6 relative on the loss, 1e-6 absolute on parameters after 3 steps).
+// mean of the micro-batch means, so only f32 summation order differs (the
+// weight-gradient GEMMs sum over 8 rows twice instead of 16 once; cuBLAS also
+// picks other kernels for other shapes). Losses to 1e-6 relative; parameters
+// to 1e-5 absolute after 3 Adam steps, whose normalisation m / (sqrt(v) + eps)
+// magnifies relative gradient differences where |g| ~ eps (measured: 4e-8 on
+// the host, 1.5e-6 on the H200).
 BOOST_DATA_TEST_CASE(no_sync_accumulation_equals_one_large_batch, bdata::xrange(2), arch_j) {
   const auto& world = kt::world();
   DeviceMesh mesh(world, {world.size()});
@@ -285,7 +289,7 @@ BOOST_DATA_TEST_CASE(no_sync_accumulation_equals_one_large_batch, bdata::xrange(
   c.micro_batches = 2;
   const RunResult acc = train(mesh, world, c, batch, world.rank() * kRowsPerRank, kRowsPerRank);
   const Diff d = compare(acc, one);
-  KSHARD_CHECK_ALL_MSG(d.loss_rel <= 1e-6 && d.param_abs <= 1e-6,
+  KSHARD_CHECK_ALL_MSG(d.loss_rel <= 1e-6 && d.param_abs <= 1e-5,
                        "no_sync x2 vs one batch: loss " << d.loss_rel << ", params " << d.param_abs);
 }
 
