@@ -77,6 +77,14 @@ DeviceMesh::DeviceMesh(const Communicator& world, std::vector<int> shape,
     coords_[0] = r / shape_[1];
     coords_[1] = r % shape_[1];
   }
+  if (ndim() == 1) {
+    // The one dimension spans the world: use the world itself (a split would
+    // cost an ncclCommSplit per mesh on NCCL), and for the trivial replicate
+    // dimension a local MPI communicator of this rank alone (no collective).
+    comms_.push_back(world_);
+    self_ = Communicator(detail::make_mpi_comm(MPI_COMM_SELF, world_.name() + ".self"));
+    return;
+  }
   // Sub-communicator of dim d: the ranks that share every other coordinate.
   for (int d = 0; d < ndim(); ++d) {
     int color = 0;
@@ -84,7 +92,6 @@ DeviceMesh::DeviceMesh(const Communicator& world, std::vector<int> shape,
       if (e != d) color = color * shape_[e] + coords_[e];
     comms_.push_back(world_.split(color, coords_[d], world_.name() + "." + names_[d]));
   }
-  if (ndim() == 1) self_ = world_.split(r, 0, world_.name() + ".self");
 }
 
 int DeviceMesh::dim_index(const std::string& name) const {

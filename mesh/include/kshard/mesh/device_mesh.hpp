@@ -44,7 +44,8 @@ class DeviceMesh {
   /// The last dimension: parameters are sharded over it.
   const Communicator& shard_comm() const { return comm(ndim() - 1); }
   /// 2-D meshes: the first dimension (gradients are all-reduced over it).
-  /// 1-D meshes: a communicator of this rank alone.
+  /// 1-D meshes: a (local, MPI) communicator of this rank alone. A 1-D mesh's
+  /// shard communicator is the world communicator itself.
   const Communicator& replicate_comm() const;
   int shard_size() const noexcept { return shape_.back(); }
   int replicate_size() const noexcept { return ndim() == 2 ? shape_.front() : 1; }
