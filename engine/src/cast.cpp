@@ -37,6 +37,35 @@ struct Scale {
   KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i) const { v(i) *= s; }
 };
 
+// dst += src with (sum of squares, non-finite count) of the result, as one
+// array reduction.
+template <class T>
+struct AccumulateStats {
+  using value_type = double[];
+  using size_type = std::size_t;
+  unsigned value_count = 2;
+  Kokkos::View<const T*> s;
+  Kokkos::View<float*> d;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, value_type acc) const {
+    const float v = d(i) + to_float(s(i));
+    d(i) = v;
+    if (v - v == 0.0f) {  // finite: inf - inf and NaN - NaN are NaN
+      acc[0] += double(v) * double(v);
+    } else {
+      acc[1] += 1.0;
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type acc) const { acc[0] = acc[1] = 0.0; }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {
+    dst[0] += src[0];
+    dst[1] += src[1];
+  }
+  KOKKOS_INLINE_FUNCTION void join(value_type dst, const value_type src) const {
+    dst[0] += src[0];
+    dst[1] += src[1];
+  }
+};
+
 using Policy = Kokkos::RangePolicy<Kokkos::DefaultExecutionSpace, std::size_t>;
 
 }  // namespace
@@ -54,6 +83,16 @@ void cast_to_f32(Kokkos::View<const T*> src, Kokkos::View<float*> dst, bool accu
                        ToF32<T>{src, dst, accumulate});
 }
 
+template <class T>
+GradShardStats accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst) {
+  check_same(src.extent(0), dst.extent(0), "accumulate_with_stats");
+  double out[2] = {0.0, 0.0};
+  if (src.extent(0) > 0)
+    Kokkos::parallel_reduce("kshard::accumulate_with_stats", Policy(0, src.extent(0)),
+                            AccumulateStats<T>{2u, src, dst}, out);
+  return GradShardStats{out[0], std::int64_t(out[1])};
+}
+
 void scale_in_place(Kokkos::View<float*> v, float s) {
   Kokkos::parallel_for("kshard::scale_in_place", Policy(0, v.extent(0)), Scale{v, s});
 }
@@ -64,5 +103,10 @@ template void cast_from_f32<float16_t>(Kokkos::View<const float*>, Kokkos::View<
 template void cast_to_f32<float>(Kokkos::View<const float*>, Kokkos::View<float*>, bool);
 template void cast_to_f32<bfloat16_t>(Kokkos::View<const bfloat16_t*>, Kokkos::View<float*>, bool);
 template void cast_to_f32<float16_t>(Kokkos::View<const float16_t*>, Kokkos::View<float*>, bool);
+template GradShardStats accumulate_with_stats<float>(Kokkos::View<const float*>, Kokkos::View<float*>);
+template GradShardStats accumulate_with_stats<bfloat16_t>(Kokkos::View<const bfloat16_t*>,
+                                                          Kokkos::View<float*>);
+template GradShardStats accumulate_with_stats<float16_t>(Kokkos::View<const float16_t*>,
+                                                         Kokkos::View<float*>);
 
 }  // namespace kshard

@@ -123,6 +123,15 @@ void FsdpModel::zero_grad() {
   for (auto& g : groups_) g.zero_grad();
 }
 
+GradShardStats FsdpModel::local_grad_stats() const {
+  GradShardStats t;
+  for (const auto& g : groups_) {
+    t.sum_squares += g.grad_stats().sum_squares;
+    t.nonfinite += g.grad_stats().nonfinite;
+  }
+  return t;
+}
+
 void FsdpModel::after_optimizer_step() {
   for (auto& g : groups_)
     if (!g.model_param().data) g.refresh_low_precision();

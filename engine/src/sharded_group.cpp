@@ -249,19 +249,19 @@ void ShardedGroup::finish_reduce_grads() {
     case DType::f32: {
       auto r = typed<float>(rs_recv_, 0, shard);
       if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
-      cast_to_f32<float>(r, grad_, true);
+      grad_stats_ = accumulate_with_stats<float>(r, grad_);
       break;
     }
     case DType::bf16: {
       auto r = typed<bfloat16_t>(rs_recv_, 0, shard);
       if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
-      cast_to_f32<bfloat16_t>(r, grad_, true);
+      grad_stats_ = accumulate_with_stats<bfloat16_t>(r, grad_);
       break;
     }
     default: {
       auto r = typed<float16_t>(rs_recv_, 0, shard);
       if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
-      cast_to_f32<float16_t>(r, grad_, true);
+      grad_stats_ = accumulate_with_stats<float16_t>(r, grad_);
       break;
     }
   }
@@ -282,7 +282,10 @@ std::vector<float> ShardedGroup::gather_master() const {
   return std::vector<float>(h.data(), h.data() + end);
 }
 
-void ShardedGroup::zero_grad() { Kokkos::deep_copy(grad_, 0.0f); }
+void ShardedGroup::zero_grad() {
+  Kokkos::deep_copy(grad_, 0.0f);
+  grad_stats_ = GradShardStats{};
+}
 
 std::size_t ShardedGroup::persistent_bytes() const noexcept {
   return master_.span() * 4 + grad_.span() * 4 + lp_shard_.span();

@@ -192,7 +192,13 @@ int run(kshard::Session& session, int argc, char** argv) {
                                          double(scale) / o.accum, m == o.accum - 1);
     }
     loss /= o.accum;
-    const kshard::StepResult r = adam.step(scale, o.clip);
+    // The gradient statistics (global norm for clipping, inf/NaN for the
+    // skip) were computed while the reduce-scatters were accumulated into the
+    // shards: combine them across ranks and update, without a second read of
+    // every gradient (FusedAdam::step() would do that pass itself).
+    const kshard::GradShardStats local = model->local_grad_stats();
+    const kshard::StepResult r = adam.apply(
+        adam.combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale, o.clip);
     if (loss_scaling) scaler.update(r.found_nonfinite);
     model->after_optimizer_step();
     Kokkos::fence();

@@ -404,6 +404,22 @@ int FusedAdam::add_group(Kokkos::View<float*> master, Kokkos::View<float*> grad,
 GradStats FusedAdam::grad_stats(float loss_scale) { return collect_stats(loss_scale, 0.0); }
 
 GradStats FusedAdam::collect_stats(float loss_scale, double max_grad_norm) {
+  // 1. One reduction kernel per non-empty group, then one small kernel that
+  // totals them (devices wait only there).
+  GradStatsBatch batch(partials_);
+  for (const Group& grp : groups_) batch.add(grp.grad);
+  double local[2];
+  batch.finish(local);
+  return agree_stats(local[0], local[1], loss_scale, max_grad_norm);
+}
+
+GradStats FusedAdam::combine_stats(double local_sum_squares, bool local_nonfinite,
+                                   float loss_scale) {
+  return agree_stats(local_sum_squares, local_nonfinite ? 1.0 : 0.0, loss_scale, 0.0);
+}
+
+GradStats FusedAdam::agree_stats(double sum, double nonfinite, float loss_scale,
+                                 double max_grad_norm) {
   // Bad arguments are agreed on in the flag's collective below: no extra message.
   std::string problem;
   if (!(std::isfinite(loss_scale) && loss_scale > 0))
@@ -411,15 +427,6 @@ GradStats FusedAdam::collect_stats(float loss_scale, double max_grad_norm) {
   if (!(max_grad_norm >= 0) || !std::isfinite(max_grad_norm))
     problem += "max_grad_norm = " + std::to_string(max_grad_norm);
   const double ng = double(groups_.size());
-
-  // 1. One reduction kernel per non-empty group, then one small kernel that
-  // totals them (devices wait only there).
-  GradStatsBatch batch(partials_);
-  for (const Group& grp : groups_) batch.add(grp.grad);
-  double local[2];
-  batch.finish(local);
-  double sum = local[0];
-  const double nonfinite = local[1];
 
   // 2. The non-finite flag over the world (every rank must skip together),
   // with the group count and the loss-scale check riding along; then the sum

@@ -322,4 +322,44 @@ BOOST_AUTO_TEST_CASE(mesh_that_does_not_fit_is_skipped) {
   KSHARD_CHECK_ALL(false);  // unreachable for any world size
 }
 
+// The statistics the reduce-scatter accumulation computes on the way
+// (FsdpModel::local_grad_stats -> FusedAdam::combine_stats) equal the
+// optimizer's own pass over the gradient (grad_stats), on FSDP and HSDP meshes,
+// for a finite gradient and for one poisoned by a NaN input on rank 0 only.
+BOOST_DATA_TEST_CASE(fused_gradient_statistics_equal_the_optimizer_pass,
+                     bdata::xrange(2) * bdata::xrange(2) * bdata::xrange(2), hsdp, recipe_j, poison) {
+  const auto& world = kt::world();
+  const int P = world.size();
+  const std::vector<int> shape = hsdp ? std::vector<int>{2, P / 2} : std::vector<int>{P};
+  KSHARD_SKIP_IF(!DeviceMesh::fits(shape, P), "mesh does not fit " << P << " ranks");
+  DeviceMesh mesh(world, shape);
+  FsdpModel model(mesh, make_layers(Arch::ln_mlp), Recipe::parse(recipe_j ? "fp16" : "fp32"));
+  model.init_parameters(9);
+  kshard::FusedAdam adam(kshard::AdamOptions{}, mesh.shard_comm(), world);
+  for (std::size_t i = 0; i < model.num_units(); ++i)
+    adam.add_group(model.group(i).master(), model.group(i).grad());
+  Batch batch = make_batch(kRowsPerRank * P);
+  const std::int64_t r0 = world.rank() * kRowsPerRank;
+  if (poison && world.rank() == 0) batch.x[r0 * kD + 3] = std::nanf("");
+  const float scale = recipe_j ? 256.f : 1.f;
+  model.zero_grad();
+  auto x = to_device(batch.x.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "x");
+  auto y = to_device(batch.y.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "y");
+  model.forward_backward_mse(x, {kRowsPerRank / kSeq, kSeq, kD}, y, scale);
+  const auto local = model.local_grad_stats();
+  const auto fused = adam.combine_stats(local.sum_squares, local.nonfinite > 0, scale);
+  const auto pass = adam.grad_stats(scale);
+  KSHARD_CHECK_ALL(fused.found_nonfinite == pass.found_nonfinite);
+  KSHARD_CHECK_ALL(pass.found_nonfinite == bool(poison));
+  if (!poison) {
+    const double rel = std::fabs(fused.sum_squares - pass.sum_squares) / pass.sum_squares;
+    // Both sum the same f32 values in double, in a different order: 1e-12.
+    KSHARD_CHECK_ALL_MSG(rel <= 1e-12 && pass.sum_squares > 0, "sum of squares: fused "
+                                                                  << fused.sum_squares << ", pass "
+                                                                  << pass.sum_squares);
+  }
+  model.zero_grad();
+  KSHARD_CHECK_ALL(model.local_grad_stats().sum_squares == 0);
+}
+
 KSHARD_TEST_SUITE_END()

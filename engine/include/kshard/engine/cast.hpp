@@ -6,6 +6,8 @@
 //
 //   kshard::cast_from_f32(master, bf16_shard);        // RNE
 //   kshard::cast_to_f32(bf16_full, full, /*accumulate=*/false);
+#include <cstdint>
+
 #include <Kokkos_Core.hpp>
 
 #include "kshard/numeric/types.hpp"
@@ -18,6 +20,15 @@ void cast_from_f32(Kokkos::View<const float*> src, Kokkos::View<T*> dst);
 /// dst[i] = float(src[i]) (accumulate: dst[i] += float(src[i])).
 template <class T>
 void cast_to_f32(Kokkos::View<const T*> src, Kokkos::View<float*> dst, bool accumulate = false);
+/// What accumulate_with_stats() saw in the values it wrote.
+struct GradShardStats {
+  double sum_squares = 0;      // of the values after accumulation
+  std::int64_t nonfinite = 0;  // how many of them are inf/NaN
+};
+/// dst[i] += float(src[i]), and in the same pass the statistics of the new
+/// dst: the optimizer's norm and inf/NaN check without another read.
+template <class T>
+GradShardStats accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst);
 /// v[i] *= s.
 void scale_in_place(Kokkos::View<float*> v, float s);
 

@@ -71,6 +71,10 @@ class FsdpModel {
                              bool sync = true);
 
   void zero_grad();
+  /// This rank's gradient statistics over all units (see
+  /// ShardedGroup::grad_stats): feed them to FusedAdam::combine_stats() and
+  /// apply() to step without re-reading the gradients.
+  GradShardStats local_grad_stats() const;
   /// Re-derive the low-precision shards the optimizer did not write (fp8_init).
   void after_optimizer_step();
 

@@ -27,6 +27,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/engine/cast.hpp"
 #include "kshard/engine/param_index.hpp"
 #include "kshard/engine/recipe.hpp"
 #include "kshard/mesh/device_mesh.hpp"
@@ -96,6 +97,10 @@ class ShardedGroup {
     finish_reduce_grads();
   }
   void zero_grad();
+  /// Sum of squares and inf/NaN count of the gradient shard as the group last
+  /// wrote it (computed in the same kernel that accumulates each reduction;
+  /// zero after zero_grad()), so the optimizer need not read it again.
+  const GradShardStats& grad_stats() const noexcept { return grad_stats_; }
 
   /// The f32 master parameters of the whole group (all-gathered; padding
   /// dropped), on the host. Collective over the shard communicator.
@@ -134,6 +139,7 @@ class ShardedGroup {
   Kokkos::View<std::uint8_t*> rs_send_, rs_recv_;
   Request reduce_req_;
   bool reduce_started_ = false;
+  GradShardStats grad_stats_;
 };
 
 }  // namespace kshard

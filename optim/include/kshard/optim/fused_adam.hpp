@@ -140,6 +140,12 @@ class FusedAdam {
 
   /// Steps 1-2 above: reduction kernels and the two all_reduces. Collective.
   GradStats grad_stats(float loss_scale = 1.f);
+  /// Step 2 alone, for statistics the caller computed locally while writing
+  /// this rank's gradient shards (e.g. ShardedGroup's reduce-scatter
+  /// accumulation): the sum of squares of the (scaled) gradient over all of
+  /// this rank's groups and whether any element was inf/NaN. Collective; the
+  /// result is what grad_stats() would return, without reading the gradient.
+  GradStats combine_stats(double local_sum_squares, bool local_nonfinite, float loss_scale = 1.f);
   /// Step 3 above with statistics from grad_stats() (or computed by the
   /// caller, e.g. fused into the reduce-scatter; they must be global and
   /// agreed by every rank). Local: no communication.
@@ -167,6 +173,7 @@ class FusedAdam {
   };
   const Group& group(int g, const char* who) const;
   GradStats collect_stats(float loss_scale, double max_grad_norm);
+  GradStats agree_stats(double sum, double nonfinite, float loss_scale, double max_grad_norm);
 
   AdamOptions options_;
   Communicator shard_comm_, world_;
