@@ -27,6 +27,18 @@ Kokkos::View<float*> alloc_f32(const std::string& label, std::size_t n, bool zer
   return Kokkos::View<float*>(Kokkos::view_alloc(label, Kokkos::WithoutInitializing), n);
 }
 
+bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+/// Calls f(T{}) with T the storage type of a 16-bit dtype (bf16 or f16), so
+/// each buffer operation is written once for both.
+template <class F>
+void with_16bit_type(DType t, F&& f) {
+  if (t == DType::bf16)
+    f(bfloat16_t{});
+  else
+    f(float16_t{});
+}
+
 }  // namespace
 
 ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs,
@@ -40,7 +52,7 @@ ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs
   const std::size_t shard = std::size_t(index_.shard_numel());
   master_ = alloc_f32(name_ + ".master", shard, true);
   grad_ = alloc_f32(name_ + ".grad", shard, true);
-  if (recipe_.gather_dtype == DType::bf16 || recipe_.gather_dtype == DType::f16)
+  if (is_16bit(recipe_.gather_dtype))
     lp_shard_ = alloc_bytes(name_ + ".shard_lp", 2 * shard);
   else if (recipe_.fp8_init)
     lp_shard_ = alloc_bytes(name_ + ".shard_fp8", fp8_segment_bytes());
@@ -83,17 +95,18 @@ void ShardedGroup::set_full_parameters(Kokkos::View<const float*> flat) {
 }
 
 ModelParamRef ShardedGroup::model_param() const noexcept {
-  if (recipe_.gather_dtype == DType::bf16 || recipe_.gather_dtype == DType::f16)
+  if (is_16bit(recipe_.gather_dtype))
     return ModelParamRef{recipe_.gather_dtype, lp_shard_.data(), std::size_t(index_.shard_numel())};
   return {};
 }
 
 void ShardedGroup::refresh_low_precision() {
   const std::size_t shard = std::size_t(index_.shard_numel());
-  if (recipe_.gather_dtype == DType::bf16)
-    cast_from_f32<bfloat16_t>(master_, typed<bfloat16_t>(lp_shard_, 0, shard));
-  else if (recipe_.gather_dtype == DType::f16)
-    cast_from_f32<float16_t>(master_, typed<float16_t>(lp_shard_, 0, shard));
+  if (is_16bit(recipe_.gather_dtype))
+    with_16bit_type(recipe_.gather_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      cast_from_f32<T>(master_, typed<T>(lp_shard_, 0, shard));
+    });
   else if (recipe_.fp8_init)
     fp8_pack(lp_shard_);
 }
@@ -109,14 +122,13 @@ void ShardedGroup::start_unshard() {
       gather_req_ = shard_comm_.all_gather_async(master_, full_);
       break;
     case DType::bf16:
-      gathered_ = alloc_bytes(name_ + ".gathered", 2 * flat);
-      gather_req_ = shard_comm_.all_gather_async(typed<bfloat16_t>(lp_shard_, 0, shard),
-                                                 typed<bfloat16_t>(gathered_, 0, flat));
-      break;
     case DType::f16:
       gathered_ = alloc_bytes(name_ + ".gathered", 2 * flat);
-      gather_req_ = shard_comm_.all_gather_async(typed<float16_t>(lp_shard_, 0, shard),
-                                                 typed<float16_t>(gathered_, 0, flat));
+      with_16bit_type(recipe_.gather_dtype, [&](auto tag) {
+        using T = decltype(tag);
+        gather_req_ =
+            shard_comm_.all_gather_async(typed<T>(lp_shard_, 0, shard), typed<T>(gathered_, 0, flat));
+      });
       break;
     case DType::e4m3: {
       // ONE all-gather of [fp8 values | block scales] per rank.
@@ -146,12 +158,12 @@ void ShardedGroup::finish_unshard() {
   send_tmp_ = {};
   const std::size_t shard = std::size_t(index_.shard_numel());
   const std::size_t flat = std::size_t(index_.flat_numel());
-  if (recipe_.gather_dtype == DType::bf16) {
+  if (is_16bit(recipe_.gather_dtype)) {
     full_ = alloc_f32(name_ + ".full", flat, false);
-    cast_to_f32<bfloat16_t>(typed<bfloat16_t>(gathered_, 0, flat), full_);
-  } else if (recipe_.gather_dtype == DType::f16) {
-    full_ = alloc_f32(name_ + ".full", flat, false);
-    cast_to_f32<float16_t>(typed<float16_t>(gathered_, 0, flat), full_);
+    with_16bit_type(recipe_.gather_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      cast_to_f32<T>(typed<T>(gathered_, 0, flat), full_);
+    });
   } else if (recipe_.gather_dtype == DType::e4m3) {
     full_ = alloc_f32(name_ + ".full", flat, false);
     const std::size_t seg = fp8_segment_bytes();
@@ -217,17 +229,12 @@ void ShardedGroup::start_reduce_grads() {
     case DType::f16: {
       rs_send_ = alloc_bytes(name_ + ".rs_send", 2 * flat);
       rs_recv_ = alloc_bytes(name_ + ".rs_recv", 2 * shard);
-      if (recipe_.reduce_dtype == DType::bf16) {
-        cast_from_f32<bfloat16_t>(grad_full_, typed<bfloat16_t>(rs_send_, 0, flat));
-        reduce_req_ = shard_comm_.reduce_scatter_async(typed<bfloat16_t>(rs_send_, 0, flat),
-                                                       typed<bfloat16_t>(rs_recv_, 0, shard),
-                                                       ReduceOp::avg);
-      } else {
-        cast_from_f32<float16_t>(grad_full_, typed<float16_t>(rs_send_, 0, flat));
-        reduce_req_ = shard_comm_.reduce_scatter_async(typed<float16_t>(rs_send_, 0, flat),
-                                                       typed<float16_t>(rs_recv_, 0, shard),
-                                                       ReduceOp::avg);
-      }
+      with_16bit_type(recipe_.reduce_dtype, [&](auto tag) {
+        using T = decltype(tag);
+        cast_from_f32<T>(grad_full_, typed<T>(rs_send_, 0, flat));
+        reduce_req_ = shard_comm_.reduce_scatter_async(typed<T>(rs_send_, 0, flat),
+                                                       typed<T>(rs_recv_, 0, shard), ReduceOp::avg);
+      });
       grad_full_ = {};  // the low-precision copy is what is sent
       grad_views_.clear();
       break;
@@ -245,26 +252,18 @@ void ShardedGroup::finish_reduce_grads() {
   reduce_started_ = false;
   const std::size_t shard = std::size_t(index_.shard_numel());
   const bool hsdp = replicate_comm_.size() > 1;
-  switch (recipe_.reduce_dtype) {
-    case DType::f32: {
-      auto r = typed<float>(rs_recv_, 0, shard);
-      if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
-      grad_stats_ = accumulate_with_stats<float>(r, grad_);
-      break;
-    }
-    case DType::bf16: {
-      auto r = typed<bfloat16_t>(rs_recv_, 0, shard);
-      if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
-      grad_stats_ = accumulate_with_stats<bfloat16_t>(r, grad_);
-      break;
-    }
-    default: {
-      auto r = typed<float16_t>(rs_recv_, 0, shard);
-      if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
-      grad_stats_ = accumulate_with_stats<float16_t>(r, grad_);
-      break;
-    }
-  }
+  // (HSDP) average over the replicas, then accumulate into the shard,
+  // computing the optimizer's statistics on the way.
+  auto finish = [&](auto tag) {
+    using T = decltype(tag);
+    auto r = typed<T>(rs_recv_, 0, shard);
+    if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
+    grad_stats_ = accumulate_with_stats<T>(r, grad_);
+  };
+  if (recipe_.reduce_dtype == DType::f32)
+    finish(float{});
+  else
+    with_16bit_type(recipe_.reduce_dtype, finish);
   Kokkos::fence();
   rs_send_ = {};
   rs_recv_ = {};
@@ -294,7 +293,7 @@ std::size_t ShardedGroup::persistent_bytes() const noexcept {
 std::size_t ShardedGroup::unsharded_bytes() const noexcept {
   const std::size_t flat = std::size_t(index_.flat_numel());
   std::size_t gathered = 0;
-  if (recipe_.gather_dtype == DType::bf16 || recipe_.gather_dtype == DType::f16) gathered = 2 * flat;
+  if (is_16bit(recipe_.gather_dtype)) gathered = 2 * flat;
   if (recipe_.is_fp8()) gathered = fp8_segment_bytes() * std::size_t(index_.shard_size());
   return 4 * flat + gathered;
 }
