@@ -9,14 +9,9 @@ namespace kshard::testing {
 
 std::vector<int> failing_ranks(bool failed) {
   auto& s = detail::state();
-  std::vector<int> flags(s.size, 0);
-  int mine = failed ? 1 : 0;
   detail::set_phase("body, in a collective check");
-  MPI_Allgather(&mine, 1, MPI_INT, flags.data(), 1, MPI_INT, s.comm);
+  std::vector<int> out = detail::ranks_where(failed);
   detail::set_phase("body");
-  std::vector<int> out;
-  for (int r = 0; r < s.size; ++r)
-    if (flags[r]) out.push_back(r);
   if (!out.empty()) {
     // The caller reports this failure on every rank.
     ++s.collective_failures_in_test;

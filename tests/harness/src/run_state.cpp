@@ -47,6 +47,17 @@ void append_diag(const std::string& text) {
              O_APPEND);
 }
 
+std::vector<int> ranks_where(bool flag) {
+  RunState& s = state();
+  std::vector<int> flags(s.size, 0);
+  int mine = flag ? 1 : 0;
+  MPI_Allgather(&mine, 1, MPI_INT, flags.data(), 1, MPI_INT, s.comm);
+  std::vector<int> out;
+  for (int r = 0; r < s.size; ++r)
+    if (flags[r]) out.push_back(r);
+  return out;
+}
+
 void set_phase(const char* phase) {
   RunState& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -57,6 +57,9 @@ void write_status(const std::string& line);
 /// Appends to this rank's diagnostics file (used by the watchdog).
 void append_diag(const std::string& text);
 void set_phase(const char* phase);
+/// World ranks where `flag` is true, identical on every rank (one
+/// all-gather on the harness communicator; no bookkeeping).
+std::vector<int> ranks_where(bool flag);
 
 void start_watchdog();
 void stop_watchdog();

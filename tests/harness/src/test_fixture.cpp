@@ -90,15 +90,8 @@ TestFixture::~TestFixture() {
   const int all_failures = s.failures_in_test.load();
   const bool failed_here =
       threw || local_problem || all_failures - s.collective_failures_in_test > 0;
-  std::vector<int> failing;
-  {
-    // A plain exchange (not failing_ranks(): that would count as a check).
-    std::vector<int> flags(s.size, 0);
-    int mine = failed_here ? 1 : 0;
-    MPI_Allgather(&mine, 1, MPI_INT, flags.data(), 1, MPI_INT, harness_comm());
-    for (int r = 0; r < s.size; ++r)
-      if (flags[r]) failing.push_back(r);
-  }
+  // A plain exchange (not failing_ranks(): that would count as a check).
+  std::vector<int> failing = detail::ranks_where(failed_here);
   failing.insert(failing.end(), s.collective_origins.begin(), s.collective_origins.end());
   std::sort(failing.begin(), failing.end());
   failing.erase(std::unique(failing.begin(), failing.end()), failing.end());
