@@ -1,4 +1,5 @@
 #include "kshard/engine/attention.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include <cmath>
 
@@ -54,7 +55,7 @@ void causal_softmax_rows(Kokkos::View<T*> prob, std::int64_t nrows, std::int64_t
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, n),
             [&](std::int64_t j, T& s) {
-              const T e = Kokkos::Experimental::exp(p[j] - mx);
+              const T e = compat::exp(p[j] - mx);
               p[j] = e;
               s += e;
             },

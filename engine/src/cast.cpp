@@ -1,4 +1,5 @@
 #include "kshard/engine/cast.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include <string>
 
@@ -56,14 +57,17 @@ struct AccumulateStats {
     }
   }
   KOKKOS_INLINE_FUNCTION void init(value_type acc) const { acc[0] = acc[1] = 0.0; }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {
+  KOKKOS_INLINE_FUNCTION void join(KSHARD_JOIN_VOLATILE value_type dst,
+                                   const KSHARD_JOIN_VOLATILE value_type src) const {
     dst[0] += src[0];
     dst[1] += src[1];
   }
+#if !KSHARD_KOKKOS_AT_LEAST(4, 0)  // 3.4 calls both forms; in 4.x the one above is this one
   KOKKOS_INLINE_FUNCTION void join(value_type dst, const value_type src) const {
     dst[0] += src[0];
     dst[1] += src[1];
   }
+#endif
 };
 
 using Policy = Kokkos::RangePolicy<Kokkos::DefaultExecutionSpace, std::size_t>;

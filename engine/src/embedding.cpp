@@ -1,4 +1,5 @@
 #include "kshard/engine/embedding.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include <cmath>
 
@@ -16,7 +17,7 @@ std::int64_t count_bad_ids(Kokkos::View<const T*> ids, std::int64_t vocab) {
       "kshard::embedding_check_ids", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(ids.extent(0))),
       KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
         const T v = ids(r);
-        const bool ok = v >= T(0) && v < T(vocab) && v == Kokkos::Experimental::floor(v);
+        const bool ok = v >= T(0) && v < T(vocab) && v == compat::floor(v);
         b += ok ? 0 : 1;
       },
       bad);

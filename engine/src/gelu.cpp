@@ -1,4 +1,5 @@
 #include "kshard/engine/gelu.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include "kshard/error.hpp"
 
@@ -13,7 +14,7 @@ void gelu_forward(Kokkos::View<const T*> x, Kokkos::View<T*> y) {
       KOKKOS_LAMBDA(std::int64_t i) {
         const T c = T(0.7978845608028654);  // sqrt(2 / pi)
         const T v = x(i);
-        const T t = Kokkos::Experimental::tanh(c * (v + T(0.044715) * v * v * v));
+        const T t = compat::tanh(c * (v + T(0.044715) * v * v * v));
         y(i) = T(0.5) * v * (T(1) + t);
       });
 }
@@ -25,7 +26,7 @@ void gelu_backward(Kokkos::View<const T*> x, Kokkos::View<const T*> dy, Kokkos::
       KOKKOS_LAMBDA(std::int64_t i) {
         const T c = T(0.7978845608028654);
         const T v = x(i);
-        const T t = Kokkos::Experimental::tanh(c * (v + T(0.044715) * v * v * v));
+        const T t = compat::tanh(c * (v + T(0.044715) * v * v * v));
         // d/dv [0.5 v (1 + t)] = 0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)
         const T g = T(0.5) * (T(1) + t) +
                     T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * v * v);

@@ -1,4 +1,5 @@
 #include "kshard/engine/init.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include <cmath>
 #include <sstream>
@@ -57,8 +58,8 @@ void fill_init_kernel(Kokkos::View<T*> out, Init::Kind kind, double mean, double
             // Two draws per element (counters 2i, 2i+1): Box-Muller, cosine branch.
             const double u1 = 1.0 - uniform01(stream, 2 * i);  // (0, 1]: log is finite
             const double u2 = uniform01(stream, 2 * i + 1);
-            const double r = Kokkos::Experimental::sqrt(-2.0 * Kokkos::Experimental::log(u1));
-            const double z = r * Kokkos::Experimental::cos(6.283185307179586 * u2);
+            const double r = compat::sqrt(-2.0 * compat::log(u1));
+            const double z = r * compat::cos(6.283185307179586 * u2);
             out(j) = static_cast<T>(mean + scale * z);
           });
       return;

@@ -1,4 +1,5 @@
 #include "kshard/engine/layer_norm.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include <cmath>
 
@@ -33,7 +34,7 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
               s += c * c;
             },
             sq);
-        const T rs = T(1) / Kokkos::Experimental::sqrt(sq / T(d) + eps);
+        const T rs = T(1) / compat::sqrt(sq / T(d) + eps);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
           yr[j] = (xr[j] - mu) * rs * gamma(j) + beta(j);
         });

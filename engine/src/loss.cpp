@@ -1,4 +1,5 @@
 #include "kshard/engine/loss.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include <string>
 
@@ -77,10 +78,10 @@ double cross_entropy(Kokkos::View<const T*> logits, std::int64_t rows, std::int6
         T sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, vocab),
-            [&](std::int64_t j, T& s) { s += Kokkos::Experimental::exp(l[j] - mx); }, sum);
-        const T lse = mx + Kokkos::Experimental::log(sum);
+            [&](std::int64_t j, T& s) { s += compat::exp(l[j] - mx); }, sum);
+        const T lse = mx + compat::log(sum);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
-          const T p = Kokkos::Experimental::exp(l[j] - lse);
+          const T p = compat::exp(l[j] - lse);
           dl[j] = g * (p - (j == t ? T(1) : T(0)));
         });
         Kokkos::single(Kokkos::PerTeam(team),

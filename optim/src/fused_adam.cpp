@@ -1,4 +1,5 @@
 #include "kshard/optim/fused_adam.hpp"
+#include "kshard/compat/kokkos.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -43,7 +44,7 @@ KOKKOS_INLINE_FUNCTION float adam_element(const AdamCoefs& c, float p0, float gr
   const float g = grad * c.gscale + c.l2 * p0;
   m = c.beta1 * m + c.one_minus_beta1 * g;
   v = c.beta2 * v + c.one_minus_beta2 * (g * g);
-  const float denom = Kokkos::Experimental::sqrt(v) * c.inv_sqrt_bc2 + c.eps;
+  const float denom = compat::sqrt(v) * c.inv_sqrt_bc2 + c.eps;
   return p0 * c.decay - c.step_size * (m / denom);
 }
 

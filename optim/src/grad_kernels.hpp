@@ -7,6 +7,7 @@
 // written so that one core vectorises them (see fused_adam.cpp for the
 // update, SumSquaresNonfiniteHost for the statistics).
 #include <cmath>
+#include "kshard/compat/kokkos.hpp"
 #include <cstdint>
 #include <cstdlib>
 #include <utility>
@@ -110,7 +111,8 @@ struct SumSquaresNonfiniteHost {
     acc[0] = 0;
     acc[1] = 0;
   }
-  void join(volatile value_type dst, const volatile value_type src) const {
+  void join(KSHARD_JOIN_VOLATILE value_type dst,
+                                   const KSHARD_JOIN_VOLATILE value_type src) const {
     dst[0] += src[0];
     dst[1] += src[1];
   }
@@ -186,7 +188,8 @@ struct SlotTotal {
     acc[0] = 0;
     acc[1] = 0;
   }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {
+  KOKKOS_INLINE_FUNCTION void join(KSHARD_JOIN_VOLATILE value_type dst,
+                                   const KSHARD_JOIN_VOLATILE value_type src) const {
     dst[0] += src[0];
     dst[1] += src[1];
   }

@@ -5,7 +5,32 @@
 
 #define KSHARD_KOKKOS_AT_LEAST(major, minor) (KOKKOS_VERSION >= ((major)*10000 + (minor)*100))
 
+// Reducers with array value types (value_type = T*) join through pointers.
+// Kokkos 3.4 calls join(volatile T*, const volatile T*); Kokkos 4 rejects a
+// volatile-qualified join (static_assert) and calls join(T*, const T*).
+// Write joins as `join(KSHARD_JOIN_VOLATILE value_type dst, const
+// KSHARD_JOIN_VOLATILE value_type src)`.
+#if KSHARD_KOKKOS_AT_LEAST(4, 0)
+#define KSHARD_JOIN_VOLATILE
+#else
+#define KSHARD_JOIN_VOLATILE volatile
+#endif
+
 namespace kshard::compat {
+
+// Math functions callable in kernels: Kokkos::Experimental:: in 3.x, Kokkos::
+// in 4.x (where the Experimental names are gone).
+#if KSHARD_KOKKOS_AT_LEAST(4, 0)
+namespace kmath = ::Kokkos;
+#else
+namespace kmath = ::Kokkos::Experimental;
+#endif
+using kmath::cos;
+using kmath::exp;
+using kmath::floor;
+using kmath::log;
+using kmath::sqrt;
+using kmath::tanh;
 
 /// Host memory that device copies can use at full speed: pinned under CUDA,
 /// plain host memory elsewhere. MPI staging buffers live here.
