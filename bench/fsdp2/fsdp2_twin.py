@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""fsdp2_twin: kshard-train's model, data and optimizer in PyTorch FSDP2.
+
+The reference side of bench/fsdp2/compare.py. It trains the model that
+examples/train/train.cpp builds, on the same data, with the same optimizer
+settings and the same timing rules, and prints kshard-train's "BENCH {json}"
+keys where they mean the same thing.
+
+Model (mirrors kshard's layers; the parameter count equals kshard-train's):
+  Embedding(vocab, d) with a learned position table (max_seq = --seq), both
+      N(0, 0.02) as kshard's Embedding; token + position, no dropout
+  L x TransformerLayer (kshard's TransformerLayer = LayerNorm ln1 ->
+      CausalSelfAttention, residual; then LayerNormMLP, residual):
+        x1 = x + proj(attn(qkv(ln1(x))))       qkv Linear(d, 3d), proj Linear(d, d)
+        y  = x1 + fc2(gelu_tanh(fc1(ln(x1))))  fc1 Linear(d, 4d), fc2 Linear(4d, d)
+      qkv's output columns are [q | k | v], each split into heads side by side
+      (kshard's layout); attention is F.scaled_dot_product_attention(is_causal)
+      with the 1/sqrt(d/heads) scale; LayerNorm eps 1e-5; every Linear has a bias
+  LayerNorm(d) -> Linear(d, vocab) head with bias
+  loss: mean cross entropy over all tokens (logits upcast to f32 first, as
+  autocast does and as kshard's loss statistics are f32)
+Init: LayerNorm ones/zeros, Linear PyTorch's default uniform(+-1/sqrt(fan_in))
+  for weight and bias (the same law kshard uses; the draws differ).
+FSDP2: fully_shard on each TransformerLayer, then on the root (which holds the
+  embedding, the final LayerNorm and the head); --wrap units also shards the
+  embedding, the final LayerNorm and the head as units of their own, as
+  kshard-train does (every layer one FSDP unit). Reshard after forward on.
+  --recipe bf16: MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32).
+Optimizer: torch.optim.AdamW(fused=True), lr 3e-3, betas (0.9, 0.999), eps 1e-8,
+  weight_decay 0 (kshard's FusedAdam defaults), global-norm clipping at --clip
+  (1.0, kshard-train's default) through clip_grad_norm_.
+Data: kshard's MarkovTask ported exactly (splitmix64 streams), so the token ids
+  and targets equal kshard-train's for the same --seed, --vocab, --seq, --batch.
+  The batches are generated on the host before the timed loop (kshard fills
+  its host buffer inside the step, microseconds); the host->device copy of
+  each step's ids and targets is inside the timed step, as in kshard.
+Timing: as kshard-train: each step is timed between synchronisations;
+  tokens_per_s is the mean and tokens_per_s_median the median over steps
+  2..N (step 1 pays first-use costs); peak_bytes is
+  torch.cuda.max_memory_allocated over the steps (reset before step 1).
+
+Launch: single process, world size 1, no torchrun needed (MASTER_ADDR/PORT
+are set here); under torchrun the RANK/WORLD_SIZE it sets are used and the
+data are sliced per rank as kshard does.
+
+  python3 bench/fsdp2/fsdp2_twin.py --width 1024 --heads 16 --layers 8 \
+      --seq 512 --batch 8 --vocab 8192 --recipe bf16 --steps 20 --bench
+  python3 bench/fsdp2/fsdp2_twin.py --device cpu --width 64 --layers 2 --steps 30  # gloo
+"""
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import time
+
+# ---------------------------------------------------------------- data ----
+# A port of examples/train/markov_task.cpp in plain Python integers masked to
+# 64 bits (no numpy needed: torch does not require it). Its output equals the
+# C++ generator's for the same (vocab, seed, first, count, seq).
+
+M64 = (1 << 64) - 1
+
+
+def _mix(x):
+    """splitmix64's finaliser."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+class _Stream:
+    """kshard's counter-based Stream: next() = mix(state++ * C)."""
+
+    def __init__(self, state):
+        self.state = state & M64
+
+    def next(self):
+        v = _mix((self.state * 0x2545F4914F6CDD1D) & M64)
+        self.state = (self.state + 1) & M64
+        return v
+
+    def uniform(self):
+        return (self.next() >> 11) * (1.0 / 9007199254740992.0)
+
+    def below(self, n):
+        return self.next() % n
+
+
+class MarkovTask:
+    LIKELY = 0.8
+
+    def __init__(self, vocab, seed):
+        self.vocab = int(vocab)
+        self.seed = _mix((int(seed) & M64) ^ 0x6B73686172642D74)
+        s = _Stream(_mix((self.seed + 1) & M64))
+        self.likely, self.unlikely = [], []
+        for _ in range(self.vocab):
+            a = s.below(self.vocab)
+            b = (a + 1 + s.below(self.vocab - 1)) % self.vocab if self.vocab > 1 else a
+            self.likely.append(a)
+            self.unlikely.append(b)
+
+    def fill(self, first, count, seq):
+        """Sequences first .. first+count-1: (ids, targets), lists of count*seq ints."""
+        ids, targets = [], []
+        likely, unlikely = self.likely, self.unlikely
+        for i in range(count):
+            s = _Stream(_mix(self.seed ^ _mix((first + i + 0x51) & M64)))
+            tok = s.below(self.vocab)
+            for _ in range(seq):
+                nxt = likely[tok] if s.uniform() < self.LIKELY else unlikely[tok]
+                ids.append(tok)
+                targets.append(nxt)
+                tok = nxt
+        return ids, targets
+
+    def entropy_floor(self):
+        p = self.LIKELY
+        return 0.0 if self.vocab < 2 else -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+
+# --------------------------------------------------------------- model ----
+
+def build_model(torch, nn, F, a):
+    d, heads = a.width, a.heads
+    hd = d // heads
+
+    class Embedding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.empty(a.vocab, d))
+            self.position = nn.Parameter(torch.empty(a.seq, d))
+
+        def forward(self, ids):
+            return self.weight[ids] + self.position[: ids.shape[1]]
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(x).view(b, t, 3, heads, hd).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+    class LayerNormMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = nn.LayerNorm(d, eps=1e-5)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            return self.fc2(F.gelu(self.fc1(self.ln(x)), approximate="tanh"))
+
+    class TransformerLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d, eps=1e-5)
+            self.attn = CausalSelfAttention()
+            self.mlp = LayerNormMLP()
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(x)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = Embedding()
+            self.layers = nn.ModuleList(TransformerLayer() for _ in range(a.layers))
+            self.ln_f = nn.LayerNorm(d, eps=1e-5)
+            self.head = nn.Linear(d, a.vocab)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(self.ln_f(x))
+
+    m = Model()
+    nn.init.normal_(m.embed.weight, std=0.02)
+    nn.init.normal_(m.embed.position, std=0.02)
+    return m
+
+
+# ----------------------------------------------------------------- run ----
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tf32_state(torch):
+    try:
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    except Exception:  # a newer torch that refuses the legacy getter
+        return None
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--recipe", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=8, help="sequences per rank per step")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--clip", type=float, default=1.0, help="max global grad norm (0: off)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: gloo process group, for a smoke test without a GPU")
+    ap.add_argument("--wrap", default="blocks", choices=["blocks", "units"],
+                    help="blocks: fully_shard each TransformerLayer + the root (default); "
+                         "units: also the embedding, final LayerNorm and head (as kshard)")
+    ap.add_argument("--no-reshard-after-forward", action="store_true")
+    ap.add_argument("--no-fused", action="store_true", help="AdamW(foreach) instead of fused")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls in fp32 (off: exact)")
+    ap.add_argument("--bench", action="store_true", help="print a BENCH {json} line")
+    a = ap.parse_args(argv)
+    if a.width % a.heads:
+        ap.error(f"--width {a.width} is not divisible by --heads {a.heads}")
+    for k in ("layers", "width", "heads", "seq", "batch", "steps"):
+        if getattr(a, k) < 1:
+            ap.error(f"--{k} must be >= 1")
+    if a.vocab < 2:
+        ap.error("--vocab must be >= 2")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(free_port())
+    rank = int(os.environ.setdefault("RANK", "0"))
+    world = int(os.environ.setdefault("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.setdefault("LOCAL_RANK", str(rank)))
+
+    cuda = a.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            sys.exit("fsdp2_twin: error: --device cuda but torch sees no GPU (use --device cpu)")
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+        if a.tf32:  # else torch's defaults: fp32 matmuls exact (no TF32)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh(device.type, (world,))
+
+    torch.manual_seed(a.seed)
+    with device:  # parameters created and initialised on the device directly
+        model = build_model(torch, nn, F, a)
+    params = sum(p.numel() for p in model.parameters())
+
+    kw = {"mesh": mesh, "reshard_after_forward": not a.no_reshard_after_forward}
+    if a.recipe == "bf16":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                               reduce_dtype=torch.float32)
+    if a.wrap == "units":
+        for unit in (model.embed, model.ln_f, model.head):
+            fully_shard(unit, **kw)
+    for layer in model.layers:
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+
+    opt_kw = {"lr": a.lr, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+    if a.no_fused:
+        opt = torch.optim.AdamW(model.parameters(), foreach=True, **opt_kw)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), fused=True, **opt_kw)
+
+    task = MarkovTask(a.vocab, a.seed)
+    # Rank r's slice of global step s: sequences (s * world + r) * batch ... + batch - 1.
+    batches = [task.fill((s * world + rank) * a.batch, a.batch, a.seq) for s in range(a.steps)]
+    batches = [(torch.tensor(i, dtype=torch.int64).view(a.batch, a.seq),
+                torch.tensor(t, dtype=torch.int64).view(a.batch, a.seq)) for i, t in batches]
+    if cuda:
+        batches = [(i.pin_memory(), t.pin_memory()) for i, t in batches]
+
+    tokens_per_step = float(a.batch * a.seq * world)
+    root = rank == 0
+    if root:
+        print(f"fsdp2_twin: {world} ranks, {a.device} ({'nccl' if cuda else 'gloo'}), recipe "
+              f"{a.recipe}, {a.layers} x TransformerLayer(d={a.width}, heads={a.heads}, "
+              f"ff={4 * a.width}), vocab {a.vocab}, seq {a.seq}, batch {a.batch}/rank, "
+              f"{params} params, torch {torch.__version__}, wrap {a.wrap}", flush=True)
+        print(f"task: Markov chain, 2 successors per token (p 0.8/0.2): uniform guess "
+              f"{math.log(a.vocab):.3f} nats, floor {task.entropy_floor():.3f} nats", flush=True)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    loss_buf = torch.zeros(2, dtype=torch.float64, device=device)
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    first_loss = last_loss = 0.0
+    tps = []
+    for step in range(a.steps):
+        sync()
+        t0 = time.perf_counter()
+        ids_h, tgt_h = batches[step]
+        ids = ids_h.to(device, non_blocking=True)
+        tgt = tgt_h.to(device, non_blocking=True)
+        logits = model(ids)
+        loss = F.cross_entropy(logits.float().view(-1, a.vocab), tgt.view(-1))
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                            a.clip if a.clip > 0 else float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        seconds = time.perf_counter() - t0
+        # Outside the timed region (kshard reduces its loss after the step too).
+        loss_buf[0] = loss.detach().double()
+        loss_buf[1] = seconds
+        dist.all_reduce(loss_buf[:1], op=dist.ReduceOp.SUM)
+        dist.all_reduce(loss_buf[1:], op=dist.ReduceOp.MAX)
+        mean_loss = float(loss_buf[0]) / world
+        step_tps = tokens_per_step / float(loss_buf[1])
+        if step == 0:
+            first_loss = mean_loss
+        last_loss = mean_loss
+        if step > 0 or a.steps == 1:
+            tps.append(step_tps)
+        if root:
+            gnv = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
+            peak = torch.cuda.max_memory_allocated() if cuda else 0
+            print(f"step {step + 1:4d}/{a.steps}  loss {mean_loss:.4f}  grad_norm {gnv:.3f}  "
+                  f"tokens/s {step_tps:10.0f}  peak/rank {peak / 2**20:.3f} MiB", flush=True)
+
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    reserved = torch.cuda.max_memory_reserved() if cuda else 0
+    pk = torch.tensor([float(peak), float(reserved)], dtype=torch.float64, device=device)
+    dist.all_reduce(pk, op=dist.ReduceOp.MAX)
+    tps_mean = sum(tps) / len(tps) if tps else 0.0
+    # kshard takes the upper median (sorted[n // 2]); do the same.
+    tps_median = sorted(tps)[len(tps) // 2] if tps else 0.0
+    if root:
+        print(f"summary: first_loss={first_loss:.4f} last_loss={last_loss:.4f} (uniform "
+              f"{math.log(a.vocab):.3f}, floor {task.entropy_floor():.3f}) steps={a.steps}")
+        print(f"summary: tokens/s mean {tps_mean:.0f} median {tps_median:.0f} (steps "
+              f"2..{max(a.steps, 2)}, {tokens_per_step:.0f} tokens per step over {world} ranks)")
+        print(f"summary: params={params}  peak per rank {float(pk[0]) / 2**20:.3f} MiB "
+              f"(reserved {float(pk[1]) / 2**20:.3f} MiB)")
+        if a.bench:
+            rec = {
+                "impl": "fsdp2", "ranks": world, "mesh": f"[{world}]", "recipe": a.recipe,
+                "params": params, "shard_size": world, "steps": a.steps,
+                "tokens_per_step": tokens_per_step, "tokens_per_s": tps_mean,
+                "tokens_per_s_median": tps_median,
+                "tokens_per_s_stdev": statistics.pstdev(tps) if len(tps) > 1 else 0.0,
+                "peak_bytes": float(pk[0]), "peak_reserved_bytes": float(pk[1]),
+                "first_loss": first_loss, "last_loss": last_loss,
+                "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+                "torch": torch.__version__, "wrap": a.wrap, "fused_adamw": not a.no_fused,
+                "tf32": tf32_state(torch) if cuda else False,
+            }
+            print("BENCH " + json.dumps(rec), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
