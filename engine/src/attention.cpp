@@ -15,9 +15,10 @@ namespace {
 // A (b, h) grid is not one strided batch, so loop over the shorter axis and
 // batch over the longer one.
 template <class T>
-void gemm_batch_heads(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                      const T* a, std::int64_t lda, std::int64_t sba, std::int64_t sha,
-                      const T* b, std::int64_t ldb, std::int64_t sbb, std::int64_t shb, T beta,
+void gemm_batch_heads(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                      accum_t<T> alpha, const T* a, std::int64_t lda, std::int64_t sba,
+                      std::int64_t sha, const T* b, std::int64_t ldb, std::int64_t sbb,
+                      std::int64_t shb, accum_t<T> beta,
                       T* c, std::int64_t ldc, std::int64_t sbc, std::int64_t shc,
                       std::int64_t batch, std::int64_t heads) {
   if (batch <= heads) {
@@ -35,34 +36,34 @@ void gemm_batch_heads(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::i
 
 using Team = Kokkos::TeamPolicy<>::member_type;
 
-// In place on prob: scaled scores -> causal softmax, one team per row.
+// In place on prob: scaled scores -> causal softmax, one team per row; the
+// statistics in accum_t<T>, the probabilities stored as T.
 template <class T>
 void causal_softmax_rows(Kokkos::View<T*> prob, std::int64_t nrows, std::int64_t seq) {
+  using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::causal_softmax", Kokkos::TeamPolicy<>(static_cast<int>(nrows), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t n = r % seq + 1;  // query position i sees keys 0..i
         T* p = prob.data() + r * seq;
-        T mx = 0;
+        A mx = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, n),
-            [&](std::int64_t j, T& m) {
-              if (p[j] > m) m = p[j];
+            [&](std::int64_t j, A& m) {
+              const A v = to_accum(p[j]);
+              if (v > m) m = v;
             },
-            Kokkos::Max<T>(mx));
-        T sum = 0;
+            Kokkos::Max<A>(mx));
+        A sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, n),
-            [&](std::int64_t j, T& s) {
-              const T e = compat::exp(p[j] - mx);
-              p[j] = e;
-              s += e;
-            },
-            sum);
-        const T inv = T(1) / sum;
+            [&](std::int64_t j, A& s) { s += compat::exp(to_accum(p[j]) - mx); }, sum);
+        const A inv = A(1) / sum;
+        // exp is recomputed rather than stored before the sum, so 16-bit T
+        // rounds each probability once.
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](std::int64_t j) {
-          p[j] = j < n ? p[j] * inv : T(0);
+          p[j] = j < n ? from_accum<T>(compat::exp(to_accum(p[j]) - mx) * inv) : from_accum<T>(A(0));
         });
       });
 }
@@ -71,6 +72,7 @@ void causal_softmax_rows(Kokkos::View<T*> prob, std::int64_t nrows, std::int64_t
 template <class T>
 void causal_softmax_backward_rows(Kokkos::View<const T*> prob, Kokkos::View<T*> dprob,
                                   std::int64_t nrows, std::int64_t seq) {
+  using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::causal_softmax_backward",
       Kokkos::TeamPolicy<>(static_cast<int>(nrows), Kokkos::AUTO),
@@ -79,12 +81,13 @@ void causal_softmax_backward_rows(Kokkos::View<const T*> prob, Kokkos::View<T*> 
         const std::int64_t n = r % seq + 1;
         const T* p = prob.data() + r * seq;
         T* dp = dprob.data() + r * seq;
-        T dot = 0;
+        A dot = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n), [&](std::int64_t j, T& s) { s += p[j] * dp[j]; },
-            dot);
+            Kokkos::TeamThreadRange(team, n),
+            [&](std::int64_t j, A& s) { s += to_accum(p[j]) * to_accum(dp[j]); }, dot);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](std::int64_t j) {
-          dp[j] = j < n ? p[j] * (dp[j] - dot) : T(0);
+          dp[j] = j < n ? from_accum<T>(to_accum(p[j]) * (to_accum(dp[j]) - dot))
+                        : from_accum<T>(A(0));
         });
       });
 }
@@ -93,18 +96,19 @@ template <class T>
 void causal_attention_forward(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
                               Kokkos::View<T*> ctx, std::int64_t batch, std::int64_t seq,
                               std::int64_t d, std::int64_t heads) {
+  using A = accum_t<T>;
   const std::int64_t hd = d / heads, ld = 3 * d, ss = seq * seq;
-  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  const A scale = A(1) / std::sqrt(static_cast<A>(hd));
   const T* q = qkv.data();
   const T* k = q + d;
   const T* v = q + 2 * d;
   // scores[b, h] = scale * Q_bh K_bh^T   ([seq, hd] x [hd, seq])
   gemm_batch_heads<T>(Trans::N, Trans::T, seq, seq, hd, scale, q, ld, seq * ld, hd, k, ld,
-                      seq * ld, hd, T(0), prob.data(), seq, heads * ss, ss, batch, heads);
+                      seq * ld, hd, A(0), prob.data(), seq, heads * ss, ss, batch, heads);
   causal_softmax_rows<T>(prob, batch * heads * seq, seq);
   // ctx[b, :, h] = P_bh V_bh   ([seq, seq] x [seq, hd]), heads side by side in ctx rows
-  gemm_batch_heads<T>(Trans::N, Trans::N, seq, hd, seq, T(1), prob.data(), seq, heads * ss, ss, v,
-                      ld, seq * ld, hd, T(0), ctx.data(), d, seq * d, hd, batch, heads);
+  gemm_batch_heads<T>(Trans::N, Trans::N, seq, hd, seq, A(1), prob.data(), seq, heads * ss, ss, v,
+                      ld, seq * ld, hd, A(0), ctx.data(), d, seq * d, hd, batch, heads);
 }
 
 template <class T>
@@ -112,8 +116,9 @@ void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*
                                Kokkos::View<const T*> dctx, Kokkos::View<T*> dprob,
                                Kokkos::View<T*> dqkv, std::int64_t batch, std::int64_t seq,
                                std::int64_t d, std::int64_t heads) {
+  using A = accum_t<T>;
   const std::int64_t hd = d / heads, ld = 3 * d, ss = seq * seq;
-  const T scale = T(1) / std::sqrt(static_cast<T>(hd));
+  const A scale = A(1) / std::sqrt(static_cast<A>(hd));
   const T* q = qkv.data();
   const T* k = q + d;
   const T* v = q + 2 * d;
@@ -123,18 +128,18 @@ void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*
   T* dk = dq + d;
   T* dv = dq + 2 * d;
   // dP = dctx V^T
-  gemm_batch_heads<T>(Trans::N, Trans::T, seq, seq, hd, T(1), dc, d, seq * d, hd, v, ld, seq * ld,
-                      hd, T(0), dprob.data(), seq, heads * ss, ss, batch, heads);
+  gemm_batch_heads<T>(Trans::N, Trans::T, seq, seq, hd, A(1), dc, d, seq * d, hd, v, ld, seq * ld,
+                      hd, A(0), dprob.data(), seq, heads * ss, ss, batch, heads);
   // dV = P^T dctx
-  gemm_batch_heads<T>(Trans::T, Trans::N, seq, hd, seq, T(1), p, seq, heads * ss, ss, dc, d,
-                      seq * d, hd, T(0), dv, ld, seq * ld, hd, batch, heads);
+  gemm_batch_heads<T>(Trans::T, Trans::N, seq, hd, seq, A(1), p, seq, heads * ss, ss, dc, d,
+                      seq * d, hd, A(0), dv, ld, seq * ld, hd, batch, heads);
   causal_softmax_backward_rows<T>(prob, dprob, batch * heads * seq, seq);
   const T* ds = dprob.data();
   // dQ = scale * dS K ; dK = scale * dS^T Q
   gemm_batch_heads<T>(Trans::N, Trans::N, seq, hd, seq, scale, ds, seq, heads * ss, ss, k, ld,
-                      seq * ld, hd, T(0), dq, ld, seq * ld, hd, batch, heads);
+                      seq * ld, hd, A(0), dq, ld, seq * ld, hd, batch, heads);
   gemm_batch_heads<T>(Trans::T, Trans::N, seq, hd, seq, scale, ds, seq, heads * ss, ss, q, ld,
-                      seq * ld, hd, T(0), dk, ld, seq * ld, hd, batch, heads);
+                      seq * ld, hd, A(0), dk, ld, seq * ld, hd, batch, heads);
 }
 
 #define KSHARD_ATTN_INSTANTIATE(T)                                                              \
@@ -147,8 +152,7 @@ void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*
   template void causal_attention_backward<T>(                                                  \
       Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<T*>, \
       Kokkos::View<T*>, std::int64_t, std::int64_t, std::int64_t, std::int64_t);
-KSHARD_ATTN_INSTANTIATE(float)
-KSHARD_ATTN_INSTANTIATE(double)
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_ATTN_INSTANTIATE)
 #undef KSHARD_ATTN_INSTANTIATE
 
 }  // namespace detail
@@ -194,28 +198,28 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
 
 template <class T>
 void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
-                                      const Views& grads, Kokkos::View<T*> dx) {
+                                      const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
-  detail::ensure_size(dctx_, rows * d_, "kshard::CausalSelfAttention::dctx");
-  detail::ensure_size(dprob_, static_cast<std::int64_t>(prob_.extent(0)),
-                      "kshard::CausalSelfAttention::dprob");
-  detail::ensure_size(dqkv_, rows * 3 * d_, "kshard::CausalSelfAttention::dqkv");
-  out_proj_.backward(dy, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dctx_);
-  detail::causal_attention_backward<T>(qkv_, prob_, dctx_, dprob_, dqkv_, shape_.batch,
-                                       shape_.seq, d_, heads_);
-  qkv_proj_.backward(dqkv_, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+  auto dctx = detail::scratch<T>(rows * d_, "kshard::CausalSelfAttention::dctx");
+  auto dprob = detail::scratch<T>(static_cast<std::int64_t>(prob_.extent(0)),
+                                  "kshard::CausalSelfAttention::dprob");
+  auto dqkv = detail::scratch<T>(rows * 3 * d_, "kshard::CausalSelfAttention::dqkv");
+  out_proj_.backward(dy, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dctx.view);
+  detail::causal_attention_backward<T>(qkv_, prob_, dctx.view, dprob.view, dqkv.view,
+                                       shape_.batch, shape_.seq, d_, heads_);
+  qkv_proj_.backward(dqkv.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
 }
 
 template <class T>
 void CausalSelfAttention<T>::release() {
   qkv_proj_.release();
   out_proj_.release();
-  qkv_ = prob_ = ctx_ = dctx_ = dprob_ = dqkv_ = {};
   saved_ = false;
 }
 
-template class CausalSelfAttention<float>;
-template class CausalSelfAttention<double>;
+#define KSHARD_INSTANTIATE_LAYER(T) template class CausalSelfAttention<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
 
 }  // namespace kshard

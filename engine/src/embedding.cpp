@@ -1,7 +1,9 @@
 #include "kshard/engine/embedding.hpp"
 #include "kshard/compat/kokkos.hpp"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "kshard/error.hpp"
 
@@ -9,58 +11,81 @@ namespace kshard {
 
 namespace detail::embedding {
 
-// Number of ids that are not integers in [0, vocab).
 template <class T>
-std::int64_t count_bad_ids(Kokkos::View<const T*> ids, std::int64_t vocab) {
-  std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "kshard::embedding_check_ids", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(ids.extent(0))),
-      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
-        const T v = ids(r);
-        const bool ok = v >= T(0) && v < T(vocab) && v == compat::floor(v);
-        b += ok ? 0 : 1;
-      },
-      bad);
-  return bad;
-}
-
-template <class T>
-void forward(Kokkos::View<const T*> ids, Kokkos::View<const T*> weight,
+void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weight,
              Kokkos::View<const T*> position, bool use_position, Kokkos::View<T*> y,
              std::int64_t rows, std::int64_t seq, std::int64_t d) {
   Kokkos::parallel_for(
       "kshard::embedding_forward", Kokkos::RangePolicy<>(0, rows * d),
       KOKKOS_LAMBDA(std::int64_t i) {
         const std::int64_t r = i / d, c = i % d;
-        const std::int64_t id = static_cast<std::int64_t>(ids(r));
-        T v = weight(id * d + c);
-        if (use_position) v += position((r % seq) * d + c);
-        y(i) = v;
+        const std::int64_t id = ids(r);
+        if (use_position)
+          y(i) = from_accum<T>(to_accum(weight(id * d + c)) +
+                               to_accum(position((r % seq) * d + c)));
+        else
+          y(i) = weight(id * d + c);
       });
 }
 
 template <class T>
-void backward(Kokkos::View<const T*> ids, Kokkos::View<const T*> dy, Kokkos::View<T*> dweight,
-              Kokkos::View<T*> dposition, bool use_position, std::int64_t batch,
-              std::int64_t seq, std::int64_t d) {
+void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
+              Kokkos::View<accum_t<T>*> dweight, Kokkos::View<accum_t<T>*> dposition,
+              bool use_position, std::int64_t batch, std::int64_t seq, std::int64_t d) {
+  using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::embedding_backward_weight", Kokkos::RangePolicy<>(0, batch * seq * d),
       KOKKOS_LAMBDA(std::int64_t i) {
         const std::int64_t r = i / d, c = i % d;
-        const std::int64_t id = static_cast<std::int64_t>(ids(r));
-        Kokkos::atomic_add(&dweight(id * d + c), dy(i));
+        const std::int64_t id = ids(r);
+        Kokkos::atomic_add(&dweight(id * d + c), to_accum(dy(i)));
       });
   if (!use_position) return;
   Kokkos::parallel_for(
       "kshard::embedding_backward_position", Kokkos::RangePolicy<>(0, seq * d),
       KOKKOS_LAMBDA(std::int64_t i) {
-        T s = 0;
-        for (std::int64_t b = 0; b < batch; ++b) s += dy(b * seq * d + i);
+        A s = 0;
+        for (std::int64_t b = 0; b < batch; ++b) s += to_accum(dy(b * seq * d + i));
         dposition(i) += s;
       });
 }
 
+std::int64_t count_bad_ids(Kokkos::View<const std::int32_t*> ids, std::int64_t vocab) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "kshard::embedding_check_ids",
+      Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(ids.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
+        b += (ids(r) >= 0 && ids(r) < vocab) ? 0 : 1;
+      },
+      bad);
+  return bad;
+}
+
 }  // namespace detail::embedding
+
+namespace detail {
+template <class T>
+std::int64_t token_ids_from(Kokkos::View<const T*> x, std::int64_t vocab,
+                            Kokkos::View<std::int32_t*> ids) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "kshard::token_ids_from", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(x.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
+        const auto v = to_accum(x(r));
+        const bool ok = v >= 0 && v < decltype(v)(vocab) && v == compat::floor(v);
+        ids(r) = ok ? static_cast<std::int32_t>(v) : -1;
+        b += ok ? 0 : 1;
+      },
+      bad);
+  return bad;
+}
+#define KSHARD_IDS_INSTANTIATE(T)                                                           \
+  template std::int64_t token_ids_from<T>(Kokkos::View<const T*>, std::int64_t,            \
+                                          Kokkos::View<std::int32_t*>);
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_IDS_INSTANTIATE)
+#undef KSHARD_IDS_INSTANTIATE
+}  // namespace detail
 
 template <class T>
 Embedding<T>::Embedding(std::int64_t vocab, std::int64_t d, std::int64_t max_seq,
@@ -70,10 +95,9 @@ Embedding<T>::Embedding(std::int64_t vocab, std::int64_t d, std::int64_t max_seq
     throw Error("Embedding(vocab=" + std::to_string(vocab_) + ", d=" + std::to_string(d_) +
                     ", max_seq=" + std::to_string(max_seq_) + ")",
                 "vocab > 0, d > 0, max_seq >= 0");
-  // Ids travel as T: every id must be exactly representable.
-  if (static_cast<std::int64_t>(static_cast<T>(vocab_ - 1)) != vocab_ - 1)
-    throw Error("Embedding vocab=" + std::to_string(vocab_) + " is not exact in this scalar type",
-                "vocab <= 2^24 for float ids");
+  // int32 ids (forward_tokens) hold any vocab that fits an int32.
+  if (vocab_ > std::int64_t(INT32_MAX))
+    throw Error("Embedding vocab=" + std::to_string(vocab_), "vocab <= 2^31 - 1 (int32 ids)");
 }
 
 template <class T>
@@ -86,31 +110,67 @@ std::vector<ParamSpec> Embedding<T>::param_specs() const {
 template <class T>
 void Embedding<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                            Kokkos::View<T*> y) {
-  detail::check_forward<T>(*this, x, shape, params, y);
+  if constexpr (is_low_precision_v<T>) {
+    // A 16-bit id is exact only up to 256 (bf16) / 2048 (f16): ask for int32.
+    throw Error("Embedding<" + std::string(dtype_name(dtype_of<T>::value)) +
+                    ">::forward with ids stored as " + dtype_name(dtype_of<T>::value),
+                "int32 token ids through forward_tokens() (FsdpModel does this)");
+  } else {
+    // Ids travel as T: every id must be exactly representable.
+    if (static_cast<std::int64_t>(static_cast<T>(vocab_ - 1)) != vocab_ - 1)
+      throw Error("Embedding vocab=" + std::to_string(vocab_) +
+                      " is not exact in this scalar type",
+                  "vocab <= 2^24 for float ids (or int32 ids through forward_tokens)");
+    detail::check_forward<T>(*this, x, shape, params, y);
+    detail::ensure_size(ids_buf_, shape.rows(), "kshard::Embedding::ids");
+    const std::int64_t bad = detail::token_ids_from<T>(x, vocab_, ids_buf_);
+    if (bad != 0)
+      throw Error("Embedding::forward: " + std::to_string(bad) +
+                      " token ids are not integers in [0, " + std::to_string(vocab_) + ")",
+                  "every id an integer in [0, vocab)");
+    forward_tokens(ids_buf_, shape, params, y);
+  }
+}
+
+template <class T>
+void Embedding<T>::forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                                  const ConstViews& params, Kokkos::View<T*> y) {
+  const std::string who = "Embedding::forward_tokens";
+  if (shape.batch <= 0 || shape.seq <= 0 || shape.features != 1)
+    throw Error(who + ": ActShape batch=" + std::to_string(shape.batch) +
+                    ", seq=" + std::to_string(shape.seq) +
+                    ", features=" + std::to_string(shape.features),
+                "batch > 0, seq > 0, features = 1 (one id per row)");
+  detail::check_size(who, "ids", ids.extent(0), shape.rows());
+  detail::check_size(who, "y", y.extent(0), shape.rows() * d_);
+  if (params.size() != param_specs().size())
+    throw Error(who + ": " + std::to_string(params.size()) + " param Views",
+                std::to_string(param_specs().size()));
   if (max_seq_ > 0 && shape.seq > max_seq_)
     throw Error("Embedding::forward: seq=" + std::to_string(shape.seq),
                 "seq <= max_seq=" + std::to_string(max_seq_));
-  const std::int64_t bad = detail::embedding::count_bad_ids<T>(x, vocab_);
+  const std::int64_t bad = detail::embedding::count_bad_ids(ids, vocab_);
   if (bad != 0)
     throw Error("Embedding::forward: " + std::to_string(bad) + " token ids are not integers in [0, " +
                     std::to_string(vocab_) + ")",
                 "every id an integer in [0, vocab)");
   const bool pos = max_seq_ > 0;
-  detail::embedding::forward<T>(x, params[0], pos ? params[1] : Kokkos::View<const T*>(), pos, y,
+  detail::embedding::forward<T>(ids, params[0], pos ? params[1] : Kokkos::View<const T*>(), pos, y,
                                 shape.rows(), shape.seq, d_);
-  ids_ = x;
+  ids_ = ids;
   shape_ = shape;
   saved_ = true;
 }
 
 template <class T>
 void Embedding<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
-                            const Views& grads, Kokkos::View<T*> dx) {
+                            const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const bool pos = max_seq_ > 0;
-  detail::embedding::backward<T>(ids_, dy, grads[0], pos ? grads[1] : Kokkos::View<T*>(), pos,
-                                 shape_.batch, shape_.seq, d_);
-  Kokkos::deep_copy(dx, T(0));
+  detail::embedding::backward<T>(ids_, dy, grads[0],
+                                 pos ? grads[1] : Kokkos::View<accum_t<T>*>(), pos, shape_.batch,
+                                 shape_.seq, d_);
+  Kokkos::deep_copy(dx, from_accum<T>(accum_t<T>(0)));
 }
 
 template <class T>
@@ -119,7 +179,8 @@ void Embedding<T>::release() {
   saved_ = false;
 }
 
-template class Embedding<float>;
-template class Embedding<double>;
+#define KSHARD_INSTANTIATE_LAYER(T) template class Embedding<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
 
 }  // namespace kshard

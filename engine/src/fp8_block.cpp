@@ -104,15 +104,15 @@ struct QuantizeBlocks {
   }
 };
 
-template <class Fp8>
+template <class Fp8, class Out = float>
 struct DequantizeElements {
   Kokkos::View<const Fp8*> q;
   Kokkos::View<const float*> scales;
-  Kokkos::View<float*> x;
+  Kokkos::View<Out*> x;
   std::size_t block;
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i) const {
-    x(i) = to_float(q(i)) * scales(i / block);
+    x(i) = from_float<Out>(to_float(q(i)) * scales(i / block));
   }
 };
 
@@ -152,13 +152,13 @@ void quantize_impl(Kokkos::View<const float*> x, Kokkos::View<Fp8*> q, Kokkos::V
                        Kokkos::TeamPolicy<>(int(nb), Kokkos::AUTO), f);
 }
 
-template <class Fp8>
+template <class Fp8, class Out = float>
 void dequantize_impl(Kokkos::View<const Fp8*> q, Kokkos::View<const float*> scales,
-                     Kokkos::View<float*> x, int block) {
+                     Kokkos::View<Out*> x, int block) {
   check_extents("fp8_dequantize", Fp8Traits<Fp8>::name, x.extent(0), q.extent(0),
                 scales.extent(0), block);
   if (x.extent(0) == 0) return;
-  DequantizeElements<Fp8> f{q, scales, x, std::size_t(block)};
+  DequantizeElements<Fp8, Out> f{q, scales, x, std::size_t(block)};
   Kokkos::parallel_for(std::string("kshard::fp8_dequantize_") + Fp8Traits<Fp8>::name,
                        Kokkos::RangePolicy<Kokkos::IndexType<std::size_t>>(0, x.extent(0)), f);
 }
@@ -185,6 +185,10 @@ void fp8_dequantize(Kokkos::View<const float8_e4m3_t*> q, Kokkos::View<const flo
 void fp8_dequantize(Kokkos::View<const float8_e5m2_t*> q, Kokkos::View<const float*> scales,
                     Kokkos::View<float*> x, int block) {
   dequantize_impl<float8_e5m2_t>(q, scales, x, block);
+}
+void fp8_dequantize(Kokkos::View<const float8_e4m3_t*> q, Kokkos::View<const float*> scales,
+                    Kokkos::View<bfloat16_t*> x, int block) {
+  dequantize_impl<float8_e4m3_t, bfloat16_t>(q, scales, x, block);
 }
 
 }  // namespace kshard

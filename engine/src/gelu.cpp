@@ -7,39 +7,42 @@ namespace kshard {
 
 namespace detail {
 
+// tanh approximation (GPT-2's, PyTorch's approximate="tanh"), in accum_t<T>.
 template <class T>
 void gelu_forward(Kokkos::View<const T*> x, Kokkos::View<T*> y) {
+  using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::gelu_forward", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(y.extent(0))),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const T c = T(0.7978845608028654);  // sqrt(2 / pi)
-        const T v = x(i);
-        const T t = compat::tanh(c * (v + T(0.044715) * v * v * v));
-        y(i) = T(0.5) * v * (T(1) + t);
+        const A c = A(0.7978845608028654);  // sqrt(2 / pi)
+        const A v = to_accum(x(i));
+        const A t = compat::tanh(c * (v + A(0.044715) * v * v * v));
+        y(i) = from_accum<T>(A(0.5) * v * (A(1) + t));
       });
 }
 
 template <class T>
 void gelu_backward(Kokkos::View<const T*> x, Kokkos::View<const T*> dy, Kokkos::View<T*> dx) {
+  using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::gelu_backward", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(dx.extent(0))),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const T c = T(0.7978845608028654);
-        const T v = x(i);
-        const T t = compat::tanh(c * (v + T(0.044715) * v * v * v));
+        const A c = A(0.7978845608028654);
+        const A v = to_accum(x(i));
+        const A t = compat::tanh(c * (v + A(0.044715) * v * v * v));
         // d/dv [0.5 v (1 + t)] = 0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)
-        const T g = T(0.5) * (T(1) + t) +
-                    T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * v * v);
-        dx(i) = dy(i) * g;
+        const A g = A(0.5) * (A(1) + t) +
+                    A(0.5) * v * (A(1) - t * t) * c * (A(1) + A(3 * 0.044715) * v * v);
+        dx(i) = from_accum<T>(to_accum(dy(i)) * g);
       });
 }
 
-template void gelu_forward<float>(Kokkos::View<const float*>, Kokkos::View<float*>);
-template void gelu_forward<double>(Kokkos::View<const double*>, Kokkos::View<double*>);
-template void gelu_backward<float>(Kokkos::View<const float*>, Kokkos::View<const float*>,
-                                   Kokkos::View<float*>);
-template void gelu_backward<double>(Kokkos::View<const double*>, Kokkos::View<const double*>,
-                                    Kokkos::View<double*>);
+#define KSHARD_GELU_INSTANTIATE(T)                                                  \
+  template void gelu_forward<T>(Kokkos::View<const T*>, Kokkos::View<T*>);         \
+  template void gelu_backward<T>(Kokkos::View<const T*>, Kokkos::View<const T*>,   \
+                                 Kokkos::View<T*>);
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_GELU_INSTANTIATE)
+#undef KSHARD_GELU_INSTANTIATE
 
 }  // namespace detail
 
@@ -59,7 +62,7 @@ void Gelu<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews
 }
 
 template <class T>
-void Gelu<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+void Gelu<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                        Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   detail::gelu_backward<T>(x_, dy, dx);
@@ -71,7 +74,8 @@ void Gelu<T>::release() {
   saved_ = false;
 }
 
-template class Gelu<float>;
-template class Gelu<double>;
+#define KSHARD_INSTANTIATE_LAYER(T) template class Gelu<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
 
 }  // namespace kshard

@@ -45,20 +45,21 @@ std::int64_t span(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
 
 }  // namespace
 
-template <class T>
-void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+template <class T, class TC>
+void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, accum_t<T> alpha,
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, accum_t<T> beta, TC* c,
           std::int64_t ldc) {
   check_shape("gemm", ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   if (c == nullptr || (k > 0 && (a == nullptr || b == nullptr)))
     throw Error("gemm(" + dims(m, n, k) + "): null matrix pointer", "device pointers to data");
-  detail::gemm_backend<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  detail::gemm_backend<T, TC>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-template <class T>
-void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          Kokkos::View<const T*> a, Kokkos::View<const T*> b, T beta, Kokkos::View<T*> c) {
+template <class T, class TC>
+void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, accum_t<T> alpha,
+          Kokkos::View<const T*> a, Kokkos::View<const T*> b, accum_t<T> beta,
+          Kokkos::View<TC*> c) {
   const std::int64_t lda = std::max<std::int64_t>(1, stored_cols(ta, m, k));
   const std::int64_t ldb = std::max<std::int64_t>(1, stored_cols(tb, k, n));
   const std::int64_t ldc = std::max<std::int64_t>(1, n);
@@ -72,14 +73,14 @@ void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T 
   need("A", a.extent(0), m * k);
   need("B", b.extent(0), k * n);
   need("C", c.extent(0), m * n);
-  gemm<T>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  gemm<T, TC>(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
 }
 
 template <class T>
 void gemm_strided_batched(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                          T alpha, const T* a, std::int64_t lda, std::int64_t stride_a,
-                          const T* b, std::int64_t ldb, std::int64_t stride_b, T beta, T* c,
-                          std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
+                          accum_t<T> alpha, const T* a, std::int64_t lda, std::int64_t stride_a,
+                          const T* b, std::int64_t ldb, std::int64_t stride_b, accum_t<T> beta,
+                          T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch) {
   check_shape("gemm_strided_batched", ta, tb, m, n, k, lda, ldb, ldc);
   const std::string where = "gemm_strided_batched(" + dims(m, n, k) + ")";
   if (batch < 0) throw Error(where + ": batch=" + std::to_string(batch), "batch >= 0");
@@ -105,17 +106,36 @@ void gemm_strided_batched(Trans ta, Trans tb, std::int64_t m, std::int64_t n, st
                                           stride_b, beta, c, ldc, stride_c, batch);
 }
 
-#define KSHARD_GEMM_INSTANTIATE(T)                                                            \
-  template void gemm<T>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, T, const T*, \
-                        std::int64_t, const T*, std::int64_t, T, T*, std::int64_t);          \
-  template void gemm<T>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, T,           \
-                        Kokkos::View<const T*>, Kokkos::View<const T*>, T, Kokkos::View<T*>); \
-  template void gemm_strided_batched<T>(Trans, Trans, std::int64_t, std::int64_t,            \
-                                        std::int64_t, T, const T*, std::int64_t,             \
-                                        std::int64_t, const T*, std::int64_t, std::int64_t,  \
-                                        T, T*, std::int64_t, std::int64_t, std::int64_t);
-KSHARD_GEMM_INSTANTIATE(float)
-KSHARD_GEMM_INSTANTIATE(double)
+namespace {
+bool g_allow_tf32 = false;
+}
+void set_allow_tf32(bool allow) noexcept { g_allow_tf32 = allow; }
+bool allow_tf32() noexcept { return g_allow_tf32; }
+
+#define KSHARD_GEMM_INSTANTIATE(T, TC)                                                         \
+  template void gemm<T, TC>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, accum_t<T>, \
+                            const T*, std::int64_t, const T*, std::int64_t, accum_t<T>, TC*,   \
+                            std::int64_t);                                                     \
+  template void gemm<T, TC>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, accum_t<T>, \
+                            Kokkos::View<const T*>, Kokkos::View<const T*>, accum_t<T>,        \
+                            Kokkos::View<TC*>);
+#define KSHARD_GEMM_BATCHED_INSTANTIATE(T)                                                     \
+  template void gemm_strided_batched<T>(Trans, Trans, std::int64_t, std::int64_t,             \
+                                        std::int64_t, accum_t<T>, const T*, std::int64_t,     \
+                                        std::int64_t, const T*, std::int64_t, std::int64_t,   \
+                                        accum_t<T>, T*, std::int64_t, std::int64_t,           \
+                                        std::int64_t);
+KSHARD_GEMM_INSTANTIATE(float, float)
+KSHARD_GEMM_INSTANTIATE(double, double)
+KSHARD_GEMM_INSTANTIATE(bfloat16_t, bfloat16_t)
+KSHARD_GEMM_INSTANTIATE(bfloat16_t, float)
+KSHARD_GEMM_INSTANTIATE(float16_t, float16_t)
+KSHARD_GEMM_INSTANTIATE(float16_t, float)
+KSHARD_GEMM_BATCHED_INSTANTIATE(float)
+KSHARD_GEMM_BATCHED_INSTANTIATE(double)
+KSHARD_GEMM_BATCHED_INSTANTIATE(bfloat16_t)
+KSHARD_GEMM_BATCHED_INSTANTIATE(float16_t)
 #undef KSHARD_GEMM_INSTANTIATE
+#undef KSHARD_GEMM_BATCHED_INSTANTIATE
 
 }  // namespace kshard

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kshard/engine/cast.hpp"
 #include "kshard/engine/gemm.hpp"
 #include "kshard/error.hpp"
 
@@ -36,6 +37,21 @@ std::vector<Kokkos::View<T*>> allocate_parameters(const Layer<T>& layer) {
 }
 
 template <class T>
+std::vector<Kokkos::View<accum_t<T>*>> allocate_gradients(const Layer<T>& layer) {
+  std::vector<Kokkos::View<accum_t<T>*>> v;
+  for (const auto& s : layer.param_specs())
+    v.emplace_back(Kokkos::View<accum_t<T>*>(s.name + ".grad", static_cast<std::size_t>(s.numel())));
+  return v;
+}
+
+template <class T>
+void Layer<T>::forward_tokens(Kokkos::View<const std::int32_t*>, ActShape, const ConstViews&,
+                              Kokkos::View<T*>) {
+  throw Error(kind() + "::forward_tokens: this layer takes features, not token ids",
+              "token ids only for a layer whose takes_token_ids() is true (Embedding)");
+}
+
+template <class T>
 void init_parameters(const Layer<T>& layer, const std::vector<Kokkos::View<T*>>& params,
                      std::uint64_t seed, const std::string& prefix) {
   const auto specs = layer.param_specs();
@@ -45,7 +61,15 @@ void init_parameters(const Layer<T>& layer, const std::vector<Kokkos::View<T*>>&
   for (std::size_t i = 0; i < specs.size(); ++i) {
     detail::check_size(layer.kind() + " init_parameters", specs[i].name.c_str(),
                        params[i].extent(0), specs[i].numel());
-    fill_init<T>(params[i], specs[i].init, seed, prefix + specs[i].name);
+    if constexpr (is_low_precision_v<T>) {
+      Kokkos::View<float*> f(Kokkos::view_alloc(std::string("kshard::init_f32"),
+                                                Kokkos::WithoutInitializing),
+                             params[i].extent(0));
+      fill_init<float>(f, specs[i].init, seed, prefix + specs[i].name);
+      cast_from_f32<T>(f, params[i]);
+    } else {
+      fill_init<T>(params[i], specs[i].init, seed, prefix + specs[i].name);
+    }
   }
 }
 
@@ -101,7 +125,8 @@ template <class T>
 void check_backward(const Layer<T>& layer, bool have_forward, const ActShape& shape,
                     const Kokkos::View<const T*>& dy,
                     const std::vector<Kokkos::View<const T*>>& params,
-                    const std::vector<Kokkos::View<T*>>& grads, const Kokkos::View<T*>& dx) {
+                    const std::vector<Kokkos::View<accum_t<T>*>>& grads,
+                    const Kokkos::View<T*>& dx) {
   const std::string who = layer.kind() + "::backward";
   if (!have_forward)
     throw Error(who + " called with no saved forward", "forward() first (and no release())");
@@ -117,20 +142,23 @@ void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t r
                     std::int64_t cols) {
   Kokkos::parallel_for(
       "kshard::add_row_vector", Kokkos::RangePolicy<>(0, rows * cols),
-      KOKKOS_LAMBDA(std::int64_t i) { y(i) += b(i % cols); });
+      KOKKOS_LAMBDA(std::int64_t i) {
+        y(i) = from_accum<T>(to_accum(y(i)) + to_accum(b(i % cols)));
+      });
 }
 
-template <class T>
-void accumulate_column_sums(Kokkos::View<const T*> dy, std::int64_t rows, std::int64_t cols,
-                            Kokkos::View<T*> db, Kokkos::View<T*>& ones) {
+template <class U>
+void accumulate_column_sums(Kokkos::View<const U*> dy, std::int64_t rows, std::int64_t cols,
+                            Kokkos::View<accum_t<U>*> db, Kokkos::View<U*>& ones) {
   if (static_cast<std::int64_t>(ones.extent(0)) != rows) {
-    ones = Kokkos::View<T*>(Kokkos::view_alloc(std::string("kshard::ones"),
+    ones = Kokkos::View<U*>(Kokkos::view_alloc(std::string("kshard::ones"),
                                                Kokkos::WithoutInitializing),
                             static_cast<std::size_t>(rows));
-    Kokkos::deep_copy(ones, T(1));
+    Kokkos::deep_copy(ones, from_accum<U>(accum_t<U>(1)));
   }
   // db[1, cols] += ones[1, rows] * dy[rows, cols]
-  gemm<T>(Trans::N, Trans::N, 1, cols, rows, T(1), ones.data(), rows, dy.data(), cols, T(1),
+  using A = accum_t<U>;
+  gemm<U>(Trans::N, Trans::N, 1, cols, rows, A(1), ones.data(), rows, dy.data(), cols, A(1),
           db.data(), cols);
 }
 
@@ -138,7 +166,7 @@ template <class T>
 void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> out) {
   Kokkos::parallel_for(
       "kshard::add", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(out.extent(0))),
-      KOKKOS_LAMBDA(std::int64_t i) { out(i) = a(i) + b(i); });
+      KOKKOS_LAMBDA(std::int64_t i) { out(i) = from_accum<T>(to_accum(a(i)) + to_accum(b(i))); });
 }
 
 #define KSHARD_LAYER_INSTANTIATE(T)                                                            \
@@ -148,24 +176,24 @@ void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> ou
   template void check_backward<T>(const Layer<T>&, bool, const ActShape&,                     \
                                   const Kokkos::View<const T*>&,                              \
                                   const std::vector<Kokkos::View<const T*>>&,                 \
-                                  const std::vector<Kokkos::View<T*>>&,                       \
+                                  const std::vector<Kokkos::View<accum_t<T>*>>&,              \
                                   const Kokkos::View<T*>&);                                   \
   template void add_row_vector<T>(Kokkos::View<T*>, Kokkos::View<const T*>, std::int64_t,     \
                                   std::int64_t);                                              \
   template void accumulate_column_sums<T>(Kokkos::View<const T*>, std::int64_t, std::int64_t, \
-                                          Kokkos::View<T*>, Kokkos::View<T*>&);               \
+                                          Kokkos::View<accum_t<T>*>, Kokkos::View<T*>&);      \
   template void add<T>(Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<T*>);
-KSHARD_LAYER_INSTANTIATE(float)
-KSHARD_LAYER_INSTANTIATE(double)
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LAYER_INSTANTIATE)
 #undef KSHARD_LAYER_INSTANTIATE
 }  // namespace detail
 
-template std::vector<Kokkos::View<float*>> allocate_parameters<float>(const Layer<float>&);
-template std::vector<Kokkos::View<double*>> allocate_parameters<double>(const Layer<double>&);
-template void init_parameters<float>(const Layer<float>&, const std::vector<Kokkos::View<float*>>&,
-                                     std::uint64_t, const std::string&);
-template void init_parameters<double>(const Layer<double>&,
-                                      const std::vector<Kokkos::View<double*>>&, std::uint64_t,
-                                      const std::string&);
+#define KSHARD_LAYER_FREE_INSTANTIATE(T)                                                     \
+  template class Layer<T>;                                                                    \
+  template std::vector<Kokkos::View<T*>> allocate_parameters<T>(const Layer<T>&);             \
+  template std::vector<Kokkos::View<accum_t<T>*>> allocate_gradients<T>(const Layer<T>&);     \
+  template void init_parameters<T>(const Layer<T>&, const std::vector<Kokkos::View<T*>>&,     \
+                                   std::uint64_t, const std::string&);
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LAYER_FREE_INSTANTIATE)
+#undef KSHARD_LAYER_FREE_INSTANTIATE
 
 }  // namespace kshard

@@ -13,30 +13,33 @@ using Team = Kokkos::TeamPolicy<>::member_type;
 
 template <class T>
 void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::View<const T*> beta,
-             Kokkos::View<T*> y, Kokkos::View<T*> mean, Kokkos::View<T*> rstd, std::int64_t rows,
-             std::int64_t d, T eps) {
+             Kokkos::View<T*> y, Kokkos::View<accum_t<T>*> mean, Kokkos::View<accum_t<T>*> rstd,
+             std::int64_t rows, std::int64_t d, double eps) {
+  using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::layer_norm_forward", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const T* xr = x.data() + r * d;
         T* yr = y.data() + r * d;
-        T sum = 0;
+        A sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](std::int64_t j, T& s) { s += xr[j]; }, sum);
-        const T mu = sum / T(d);
+            Kokkos::TeamThreadRange(team, d), [&](std::int64_t j, A& s) { s += to_accum(xr[j]); },
+            sum);
+        const A mu = sum / A(d);
         // Two passes (mean, then centred squares): no cancellation for large means.
-        T sq = 0;
+        A sq = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, d),
-            [&](std::int64_t j, T& s) {
-              const T c = xr[j] - mu;
+            [&](std::int64_t j, A& s) {
+              const A c = to_accum(xr[j]) - mu;
               s += c * c;
             },
             sq);
-        const T rs = T(1) / compat::sqrt(sq / T(d) + eps);
+        const A rs = A(1) / compat::sqrt(sq / A(d) + A(eps));
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
-          yr[j] = (xr[j] - mu) * rs * gamma(j) + beta(j);
+          yr[j] = from_accum<T>((to_accum(xr[j]) - mu) * rs * to_accum(gamma(j)) +
+                                to_accum(beta(j)));
         });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           mean(r) = mu;
@@ -46,30 +49,35 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; also
-// dy_xhat = dy * xhat for the dgamma reduction.
+// dy_xhat = dy * xhat (accumulation type) for the dgamma reduction.
 template <class T>
 void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::View<const T*> dy,
-              Kokkos::View<const T*> mean, Kokkos::View<const T*> rstd, Kokkos::View<T*> dx,
-              Kokkos::View<T*> dy_xhat, std::int64_t rows, std::int64_t d) {
+              Kokkos::View<const accum_t<T>*> mean, Kokkos::View<const accum_t<T>*> rstd,
+              Kokkos::View<T*> dx, Kokkos::View<accum_t<T>*> dy_xhat, std::int64_t rows,
+              std::int64_t d) {
+  using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::layer_norm_backward", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t o = r * d;
-        const T mu = mean(r), rs = rstd(r);
-        T sg = 0, sgx = 0;
+        const A mu = mean(r), rs = rstd(r);
+        A sg = 0, sgx = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, d),
-            [&](std::int64_t j, T& s) { s += dy(o + j) * gamma(j); }, sg);
+            [&](std::int64_t j, A& s) { s += to_accum(dy(o + j)) * to_accum(gamma(j)); }, sg);
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, d),
-            [&](std::int64_t j, T& s) { s += dy(o + j) * gamma(j) * (x(o + j) - mu) * rs; }, sgx);
-        const T a = sg / T(d), b = sgx / T(d);
+            [&](std::int64_t j, A& s) {
+              s += to_accum(dy(o + j)) * to_accum(gamma(j)) * (to_accum(x(o + j)) - mu) * rs;
+            },
+            sgx);
+        const A a = sg / A(d), b = sgx / A(d);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
-          const T xhat = (x(o + j) - mu) * rs;
-          const T g = dy(o + j) * gamma(j);
-          dx(o + j) = rs * (g - a - xhat * b);
-          dy_xhat(o + j) = dy(o + j) * xhat;
+          const A xhat = (to_accum(x(o + j)) - mu) * rs;
+          const A g = to_accum(dy(o + j)) * to_accum(gamma(j));
+          dx(o + j) = from_accum<T>(rs * (g - a - xhat * b));
+          dy_xhat(o + j) = to_accum(dy(o + j)) * xhat;
         });
       });
 }
@@ -95,8 +103,7 @@ void LayerNorm<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Const
   const std::int64_t rows = shape.rows();
   detail::ensure_size(mean_, rows, "kshard::LayerNorm::mean");
   detail::ensure_size(rstd_, rows, "kshard::LayerNorm::rstd");
-  detail::layer_norm::forward<T>(x, params[0], params[1], y, mean_, rstd_, rows, d_,
-                                 static_cast<T>(eps_));
+  detail::layer_norm::forward<T>(x, params[0], params[1], y, mean_, rstd_, rows, d_, eps_);
   x_ = x;
   shape_ = shape;
   saved_ = true;
@@ -104,26 +111,23 @@ void LayerNorm<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Const
 
 template <class T>
 void LayerNorm<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
-                            const Views& grads, Kokkos::View<T*> dx) {
+                            const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
-  detail::ensure_size(dy_xhat_, rows * d_, "kshard::LayerNorm::dy_xhat");
-  detail::layer_norm::backward<T>(x_, params[0], dy, mean_, rstd_, dx, dy_xhat_, rows, d_);
-  detail::accumulate_column_sums<T>(dy_xhat_, rows, d_, grads[0], ones_);
+  auto dy_xhat = detail::scratch<accum_t<T>>(rows * d_, "kshard::LayerNorm::dy_xhat");
+  detail::layer_norm::backward<T>(x_, params[0], dy, mean_, rstd_, dx, dy_xhat.view, rows, d_);
+  detail::accumulate_column_sums<accum_t<T>>(dy_xhat.view, rows, d_, grads[0], ones_acc_);
   detail::accumulate_column_sums<T>(dy, rows, d_, grads[1], ones_);
 }
 
 template <class T>
 void LayerNorm<T>::release() {
   x_ = {};
-  mean_ = {};
-  rstd_ = {};
-  dy_xhat_ = {};
-  ones_ = {};
   saved_ = false;
 }
 
-template class LayerNorm<float>;
-template class LayerNorm<double>;
+#define KSHARD_INSTANTIATE_LAYER(T) template class LayerNorm<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
 
 }  // namespace kshard

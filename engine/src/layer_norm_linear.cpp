@@ -29,24 +29,23 @@ void LayerNormLinear<T>::forward(Kokkos::View<const T*> x, ActShape shape,
 
 template <class T>
 void LayerNormLinear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
-                                  const Views& grads, Kokkos::View<T*> dx) {
+                                  const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::size_t nfc = params.size() - 2;
-  detail::ensure_size(dh_, shape_.numel(), "kshard::LayerNormLinear::dh");
-  fc_.backward(dy, detail::slice(params, 2, nfc), detail::slice(grads, 2, nfc), dh_);
-  ln_.backward(dh_, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+  auto dh = detail::scratch<T>(shape_.numel(), "kshard::LayerNormLinear::dh");
+  fc_.backward(dy, detail::slice(params, 2, nfc), detail::slice(grads, 2, nfc), dh.view);
+  ln_.backward(dh.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
 }
 
 template <class T>
 void LayerNormLinear<T>::release() {
   ln_.release();
   fc_.release();
-  h_ = {};
-  dh_ = {};
   saved_ = false;
 }
 
-template class LayerNormLinear<float>;
-template class LayerNormLinear<double>;
+#define KSHARD_INSTANTIATE_LAYER(T) template class LayerNormLinear<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
 
 }  // namespace kshard

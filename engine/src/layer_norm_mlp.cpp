@@ -38,15 +38,15 @@ void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Co
 
 template <class T>
 void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
-                               const Views& grads, Kokkos::View<T*> dx) {
+                               const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
-  detail::ensure_size(dg_, rows * hidden_, "kshard::LayerNormMLP::dg");
-  detail::ensure_size(dh_, rows * d_, "kshard::LayerNormMLP::dh");
-  fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg_);
-  detail::gelu_backward<T>(a_, dg_, dg_);  // elementwise, so in place is safe
-  fc1_.backward(dg_, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh_);
-  ln_.backward(dh_, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+  auto dg = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::dg");
+  auto dh = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::dh");
+  fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg.view);
+  detail::gelu_backward<T>(a_, dg.view, dg.view);  // elementwise, so in place is safe
+  fc1_.backward(dg.view, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh.view);
+  ln_.backward(dh.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
 }
 
 template <class T>
@@ -54,11 +54,11 @@ void LayerNormMLP<T>::release() {
   ln_.release();
   fc1_.release();
   fc2_.release();
-  h_ = a_ = g_ = dg_ = dh_ = {};
   saved_ = false;
 }
 
-template class LayerNormMLP<float>;
-template class LayerNormMLP<double>;
+#define KSHARD_INSTANTIATE_LAYER(T) template class LayerNormMLP<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
 
 }  // namespace kshard

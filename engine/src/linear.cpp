@@ -25,7 +25,8 @@ void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstVie
                         Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
-  gemm<T>(Trans::N, Trans::T, rows, out_, in_, T(1), x, params[0], T(0), y);
+  using A = accum_t<T>;
+  gemm<T>(Trans::N, Trans::T, rows, out_, in_, A(1), x, params[0], A(0), y);
   if (bias_) detail::add_row_vector<T>(y, params[1], rows, out_);
   x_ = x;
   shape_ = shape;
@@ -33,25 +34,26 @@ void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstVie
 }
 
 template <class T>
-void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
-                         Kokkos::View<T*> dx) {
+void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                         const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
+  using A = accum_t<T>;
   // dx[rows, in] = dy[rows, out] W[out, in]
-  gemm<T>(Trans::N, Trans::N, rows, in_, out_, T(1), dy, params[0], T(0), dx);
-  // dW[out, in] += dy^T[out, rows] x[rows, in]
-  gemm<T>(Trans::T, Trans::N, out_, in_, rows, T(1), dy, x_, T(1), grads[0]);
+  gemm<T>(Trans::N, Trans::N, rows, in_, out_, A(1), dy, params[0], A(0), dx);
+  // dW[out, in] += dy^T[out, rows] x[rows, in]   (accumulated in f32 for 16-bit T)
+  gemm<T>(Trans::T, Trans::N, out_, in_, rows, A(1), dy, x_, A(1), grads[0]);
   if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_);
 }
 
 template <class T>
 void Linear<T>::release() {
   x_ = {};
-  ones_ = {};
   saved_ = false;
 }
 
-template class Linear<float>;
-template class Linear<double>;
+#define KSHARD_LINEAR_INSTANTIATE(T) template class Linear<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LINEAR_INSTANTIATE)
+#undef KSHARD_LINEAR_INSTANTIATE
 
 }  // namespace kshard

@@ -11,17 +11,18 @@ namespace detail::loss {
 
 using Team = Kokkos::TeamPolicy<>::member_type;
 
-template <class T>
-double mse(Kokkos::View<const T*> pred, Kokkos::View<const T*> target, Kokkos::View<T*> dpred,
+template <class T, class U>
+double mse(Kokkos::View<const T*> pred, Kokkos::View<const U*> target, Kokkos::View<T*> dpred,
            double grad_scale) {
+  using A = accum_t<T>;
   const std::int64_t n = static_cast<std::int64_t>(pred.extent(0));
-  const T g = static_cast<T>(2.0 * grad_scale / static_cast<double>(n));
+  const A g = static_cast<A>(2.0 * grad_scale / static_cast<double>(n));
   double sum = 0;
   Kokkos::parallel_reduce(
       "kshard::mse_loss", Kokkos::RangePolicy<>(0, n),
       KOKKOS_LAMBDA(std::int64_t i, double& s) {
-        const T e = pred(i) - target(i);
-        dpred(i) = g * e;
+        const A e = to_accum(pred(i)) - A(to_accum(target(i)));
+        dpred(i) = from_accum<T>(g * e);
         s += static_cast<double>(e) * static_cast<double>(e);
       },
       sum);
@@ -49,43 +50,50 @@ void count_targets(Kokkos::View<const Target*> targets, std::int64_t vocab, std:
       counted, bad);
 }
 
+// One team per row. dlogits may alias logits: each element is read (passes
+// 1-2, and pass 3 before its own write) only by the thread that writes it, and
+// the target's logit is read before any write (barrier).
 template <class T, class Target>
-double cross_entropy(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
-                     Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
-                     double inv_counted, double grad_scale) {
-  const T g = static_cast<T>(grad_scale * inv_counted);
+double cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
+                     Kokkos::View<const Target*> targets, T* dlogits, double inv_counted,
+                     double grad_scale) {
+  using A = accum_t<T>;
+  const A g = static_cast<A>(grad_scale * inv_counted);
   double total = 0;
   Kokkos::parallel_reduce(
       "kshard::cross_entropy", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team, double& acc) {
         const std::int64_t r = team.league_rank();
-        const T* l = logits.data() + r * vocab;
-        T* dl = dlogits.data() + r * vocab;
+        const T* l = logits + r * vocab;
+        T* dl = dlogits + r * vocab;
         const Target tt = targets(r);
         if (tt < Target(0)) {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
-                               [&](std::int64_t j) { dl[j] = T(0); });
+                               [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
           return;
         }
         const std::int64_t t = static_cast<std::int64_t>(tt);
-        T mx = 0;
+        A mx = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, vocab),
-            [&](std::int64_t j, T& m) {
-              if (l[j] > m) m = l[j];
+            [&](std::int64_t j, A& m) {
+              const A v = to_accum(l[j]);
+              if (v > m) m = v;
             },
-            Kokkos::Max<T>(mx));
-        T sum = 0;
+            Kokkos::Max<A>(mx));
+        A sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, vocab),
-            [&](std::int64_t j, T& s) { s += compat::exp(l[j] - mx); }, sum);
-        const T lse = mx + compat::log(sum);
+            [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
+        const A lse = mx + compat::log(sum);
+        const A lt = to_accum(l[t]);
+        team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
-          const T p = compat::exp(l[j] - lse);
-          dl[j] = g * (p - (j == t ? T(1) : T(0)));
+          const A p = compat::exp(to_accum(l[j]) - lse);
+          dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
         });
         Kokkos::single(Kokkos::PerTeam(team),
-                       [&]() { acc += static_cast<double>(lse - l[t]); });
+                       [&]() { acc += static_cast<double>(lse - lt); });
       },
       total);
   return total * inv_counted;
@@ -93,8 +101,9 @@ double cross_entropy(Kokkos::View<const T*> logits, std::int64_t rows, std::int6
 
 }  // namespace detail::loss
 
-template <class T>
-double mse_loss(Kokkos::View<const T*> pred, Kokkos::View<const T*> target,
+template <class T, class U>
+double mse_loss(Kokkos::View<const T*> pred,
+                typename std::common_type<Kokkos::View<const U*>>::type target,
                 Kokkos::View<T*> dpred, double grad_scale) {
   const std::size_t n = pred.extent(0);
   if (n == 0) throw Error("mse_loss: empty prediction", "at least one element");
@@ -103,7 +112,7 @@ double mse_loss(Kokkos::View<const T*> pred, Kokkos::View<const T*> target,
                     std::to_string(target.extent(0)) + ", dpred " +
                     std::to_string(dpred.extent(0)),
                 "equal sizes");
-  return detail::loss::mse<T>(pred, target, dpred, grad_scale);
+  return detail::loss::mse<T, U>(pred, target, dpred, grad_scale);
 }
 
 template <class T, class Target>
@@ -127,24 +136,33 @@ double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std:
     throw Error(who + ": " + std::to_string(bad) + " targets are >= vocab or not integers",
                 "targets in [0, vocab), or negative to ignore a row");
   const double inv = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
-  return detail::loss::cross_entropy<T, Target>(logits, rows, vocab, targets, dlogits, inv,
-                                                grad_scale);
+  return detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets,
+                                                dlogits.data(), inv, grad_scale);
 }
 
 #define KSHARD_CE_INSTANTIATE(T, Target)                                                  \
   template double cross_entropy_loss<T, Target>(Kokkos::View<const T*>, std::int64_t,     \
                                                 std::int64_t, Kokkos::View<const Target*>, \
                                                 Kokkos::View<T*>, double);
-template double mse_loss<float>(Kokkos::View<const float*>, Kokkos::View<const float*>,
-                                Kokkos::View<float*>, double);
-template double mse_loss<double>(Kokkos::View<const double*>, Kokkos::View<const double*>,
-                                 Kokkos::View<double*>, double);
+#define KSHARD_MSE_INSTANTIATE(T, U)                                                     \
+  template double mse_loss<T, U>(Kokkos::View<const T*>,                                  \
+                                 std::common_type<Kokkos::View<const U*>>::type,          \
+                                 Kokkos::View<T*>, double);
+KSHARD_MSE_INSTANTIATE(float, float)
+KSHARD_MSE_INSTANTIATE(double, double)
+KSHARD_MSE_INSTANTIATE(bfloat16_t, bfloat16_t)
+KSHARD_MSE_INSTANTIATE(bfloat16_t, float)
+KSHARD_MSE_INSTANTIATE(float16_t, float16_t)
+KSHARD_MSE_INSTANTIATE(float16_t, float)
+#undef KSHARD_MSE_INSTANTIATE
 KSHARD_CE_INSTANTIATE(float, std::int32_t)
 KSHARD_CE_INSTANTIATE(float, std::int64_t)
 KSHARD_CE_INSTANTIATE(float, float)
 KSHARD_CE_INSTANTIATE(double, std::int32_t)
 KSHARD_CE_INSTANTIATE(double, std::int64_t)
 KSHARD_CE_INSTANTIATE(double, double)
+KSHARD_CE_INSTANTIATE(bfloat16_t, std::int32_t)
+KSHARD_CE_INSTANTIATE(float16_t, std::int32_t)
 #undef KSHARD_CE_INSTANTIATE
 
 }  // namespace kshard

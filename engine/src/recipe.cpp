@@ -10,12 +10,15 @@ Recipe Recipe::parse(const std::string& name, bool fp8_init) {
   if (name == "fp32") {
   } else if (name == "bf16") {
     r.gather_dtype = DType::bf16;
+    r.compute_dtype = DType::bf16;
   } else if (name == "fp16") {
     r.gather_dtype = DType::f16;
+    r.compute_dtype = DType::f16;
     r.reduce_dtype = DType::f16;
     r.loss_scaling = true;
   } else if (name == "fp8") {
     r.gather_dtype = DType::e4m3;
+    r.compute_dtype = DType::bf16;
   } else {
     throw Error("unknown recipe '" + name + "'", "one of fp32, bf16, fp16, fp8");
   }

@@ -6,6 +6,7 @@
 #include "kshard/error.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace kshard {
 namespace {
@@ -64,10 +65,11 @@ std::size_t ShardedGroup::fp8_segment_bytes() const noexcept {
   return shard + sizeof(float) * fp8_num_blocks(shard, recipe_.fp8_block);
 }
 
-void ShardedGroup::fp8_pack(Kokkos::View<std::uint8_t*> packed) const {
+void ShardedGroup::fp8_pack(std::uint8_t* packed) const {
   const std::size_t shard = std::size_t(index_.shard_numel());
-  fp8_quantize(master_, typed<float8_e4m3_t>(packed, 0, shard),
-               typed<float>(packed, shard, fp8_num_blocks(shard, recipe_.fp8_block)),
+  fp8_quantize(master_, Unmanaged<float8_e4m3_t>(reinterpret_cast<float8_e4m3_t*>(packed), shard),
+               Unmanaged<float>(reinterpret_cast<float*>(packed + shard),
+                                fp8_num_blocks(shard, recipe_.fp8_block)),
                recipe_.fp8_block);
 }
 
@@ -108,39 +110,43 @@ void ShardedGroup::refresh_low_precision() {
       cast_from_f32<T>(master_, typed<T>(lp_shard_, 0, shard));
     });
   else if (recipe_.fp8_init)
-    fp8_pack(lp_shard_);
+    fp8_pack(lp_shard_.data());
 }
 
 void ShardedGroup::start_unshard() {
   if (unsharded_ || gather_started_) return;
   const std::size_t shard = std::size_t(index_.shard_numel());
   const std::size_t flat = std::size_t(index_.flat_numel());
+  const std::string label = name_ + ".full";
   switch (recipe_.gather_dtype) {
     case DType::f32:
       // The gathered buffer IS the compute buffer: every parameter is a View into it.
-      full_ = alloc_f32(name_ + ".full", flat, false);
-      gather_req_ = shard_comm_.all_gather_async(master_, full_);
+      compute_ = memory::acquire(4 * flat, label.c_str());
+      gather_req_ = shard_comm_.all_gather_async(master_, compute_.view<float>(flat));
       break;
     case DType::bf16:
     case DType::f16:
-      gathered_ = alloc_bytes(name_ + ".gathered", 2 * flat);
+      // Likewise in 16 bits: the layers compute on the gathered values as they are.
+      compute_ = memory::acquire(2 * flat, label.c_str());
       with_16bit_type(recipe_.gather_dtype, [&](auto tag) {
         using T = decltype(tag);
-        gather_req_ =
-            shard_comm_.all_gather_async(typed<T>(lp_shard_, 0, shard), typed<T>(gathered_, 0, flat));
+        gather_req_ = shard_comm_.all_gather_async(typed<T>(lp_shard_, 0, shard),
+                                                   compute_.view<T>(flat));
       });
       break;
     case DType::e4m3: {
       // ONE all-gather of [fp8 values | block scales] per rank.
       const std::size_t seg = fp8_segment_bytes();
-      Kokkos::View<std::uint8_t*> src = lp_shard_;
+      Kokkos::View<const std::uint8_t*> src = lp_shard_;
       if (!recipe_.fp8_init) {
-        send_tmp_ = alloc_bytes(name_ + ".fp8_send", seg);
-        fp8_pack(send_tmp_);
-        src = send_tmp_;
+        send_tmp_ = memory::acquire(seg, (name_ + ".fp8_send").c_str());
+        fp8_pack(send_tmp_.data());
+        src = send_tmp_.view<std::uint8_t>(seg);
       }
-      gathered_ = alloc_bytes(name_ + ".gathered", seg * std::size_t(index_.shard_size()));
-      gather_req_ = shard_comm_.all_gather_async(src, gathered_);
+      gathered_ = memory::acquire(seg * std::size_t(index_.shard_size()),
+                                  (name_ + ".gathered").c_str());
+      gather_req_ = shard_comm_.all_gather_async(
+          src, gathered_.view<std::uint8_t>(seg * std::size_t(index_.shard_size())));
       break;
     }
     default:
@@ -155,61 +161,87 @@ void ShardedGroup::finish_unshard() {
   if (!gather_started_) start_unshard();
   gather_req_.wait();
   gather_started_ = false;
-  send_tmp_ = {};
-  const std::size_t shard = std::size_t(index_.shard_numel());
-  const std::size_t flat = std::size_t(index_.flat_numel());
-  if (is_16bit(recipe_.gather_dtype)) {
-    full_ = alloc_f32(name_ + ".full", flat, false);
-    with_16bit_type(recipe_.gather_dtype, [&](auto tag) {
-      using T = decltype(tag);
-      cast_to_f32<T>(typed<T>(gathered_, 0, flat), full_);
-    });
-  } else if (recipe_.gather_dtype == DType::e4m3) {
-    full_ = alloc_f32(name_ + ".full", flat, false);
+  send_tmp_.reset();
+  if (recipe_.gather_dtype == DType::e4m3) {
+    // Dequantize each rank's segment straight into the bf16 compute buffer.
+    const std::size_t shard = std::size_t(index_.shard_numel());
+    const std::size_t flat = std::size_t(index_.flat_numel());
     const std::size_t seg = fp8_segment_bytes();
     const std::size_t nb = fp8_num_blocks(shard, recipe_.fp8_block);
+    compute_ = memory::acquire(2 * flat, (name_ + ".full").c_str());
     for (int r = 0; r < index_.shard_size(); ++r) {
       const std::size_t base = std::size_t(r) * seg;
-      fp8_dequantize(typed<float8_e4m3_t>(gathered_, base, shard),
-                     typed<float>(gathered_, base + shard, nb),
-                     Kokkos::subview(full_, std::make_pair(r * shard, (r + 1) * shard)),
+      fp8_dequantize(gathered_.view<float8_e4m3_t>(shard, base),
+                     gathered_.view<float>(nb, base + shard),
+                     compute_.view<bfloat16_t>(shard, 2 * std::size_t(r) * shard),
                      recipe_.fp8_block);
     }
+    gathered_.reset();
   }
-  gathered_ = {};
-  param_views_.clear();
-  for (const ParamEntry& e : index_.entries())
-    param_views_.push_back(Kokkos::subview(full_, std::make_pair(e.offset, e.offset + e.numel)));
   unsharded_ = true;
 }
 
-const std::vector<Kokkos::View<const float*>>& ShardedGroup::params() const {
+void ShardedGroup::check_compute_type(DType t, const char* what) const {
   if (!unsharded_)
-    throw Error("params() of group '" + name_ + "' while it is sharded",
+    throw Error(std::string(what) + " of group '" + name_ + "' while it is sharded",
                 "unshard() (or finish_unshard()) first");
-  return param_views_;
+  if (t != recipe_.compute_dtype)
+    throw Error(std::string(what) + "<" + dtype_name(t) + "> of group '" + name_ + "'",
+                std::string("the recipe's compute dtype ") + dtype_name(recipe_.compute_dtype));
 }
 
-Kokkos::View<const float*> ShardedGroup::flat_params() const {
-  if (!unsharded_)
-    throw Error("flat_params() of group '" + name_ + "' while it is sharded", "unshard() first");
-  return full_;
+template <class T>
+std::vector<Kokkos::View<const T*>> ShardedGroup::params() const {
+  check_compute_type(dtype_of<T>::value, "params");
+  std::vector<Kokkos::View<const T*>> v;
+  for (const ParamEntry& e : index_.entries())
+    v.push_back(compute_.view<const T>(std::size_t(e.numel), std::size_t(e.offset) * sizeof(T)));
+  return v;
 }
+
+template <class T>
+Kokkos::View<const T*> ShardedGroup::flat_params() const {
+  check_compute_type(dtype_of<T>::value, "flat_params");
+  return compute_.view<const T>(std::size_t(index_.flat_numel()));
+}
+
+Kokkos::View<float*> ShardedGroup::flat_params_f32() const {
+  const std::size_t flat = std::size_t(index_.flat_numel());
+  Kokkos::View<float*> out(Kokkos::view_alloc(name_ + ".params_f32", Kokkos::WithoutInitializing),
+                           flat);
+  if (recipe_.compute_dtype == DType::f32) {
+    Kokkos::deep_copy(out, flat_params<float>());
+  } else {
+    with_16bit_type(recipe_.compute_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      cast_to_f32<T>(flat_params<T>(), out);
+    });
+  }
+  return out;
+}
+
+template std::vector<Kokkos::View<const float*>> ShardedGroup::params<float>() const;
+template std::vector<Kokkos::View<const bfloat16_t*>> ShardedGroup::params<bfloat16_t>() const;
+template std::vector<Kokkos::View<const float16_t*>> ShardedGroup::params<float16_t>() const;
+template Kokkos::View<const float*> ShardedGroup::flat_params<float>() const;
+template Kokkos::View<const bfloat16_t*> ShardedGroup::flat_params<bfloat16_t>() const;
+template Kokkos::View<const float16_t*> ShardedGroup::flat_params<float16_t>() const;
 
 void ShardedGroup::reshard() {
   if (gather_started_) finish_unshard();  // a collective in flight must complete first
-  param_views_.clear();
-  full_ = {};
+  compute_.reset();
   unsharded_ = false;
 }
 
 const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
-  if (!grad_full_.data()) {
-    grad_full_ = alloc_f32(name_ + ".grad_full", std::size_t(index_.flat_numel()), true);
+  if (!grad_full_) {
+    const std::size_t flat = std::size_t(index_.flat_numel());
+    grad_full_ = memory::acquire(4 * flat, (name_ + ".grad_full").c_str());
+    Kokkos::deep_copy(grad_full_.view<float>(flat), 0.0f);
     grad_views_.clear();
     for (const ParamEntry& e : index_.entries())
       grad_views_.push_back(
-          Kokkos::subview(grad_full_, std::make_pair(e.offset, e.offset + e.numel)));
+          grad_full_.view<float>(std::size_t(e.numel), 4 * std::size_t(e.offset)));
   }
   return grad_views_;
 }
@@ -219,24 +251,25 @@ void ShardedGroup::start_reduce_grads() {
   unsharded_grads();  // a rank with nothing to add still takes part, with zeros
   const std::size_t shard = std::size_t(index_.shard_numel());
   const std::size_t flat = std::size_t(index_.flat_numel());
+  auto full = grad_full_.view<float>(flat);
   switch (recipe_.reduce_dtype) {
     case DType::f32:
-      rs_recv_ = alloc_bytes(name_ + ".rs_recv", 4 * shard);
-      reduce_req_ = shard_comm_.reduce_scatter_async(grad_full_, typed<float>(rs_recv_, 0, shard),
-                                                     ReduceOp::avg);
+      rs_recv_ = memory::acquire(4 * shard, (name_ + ".rs_recv").c_str());
+      reduce_req_ =
+          shard_comm_.reduce_scatter_async(full, rs_recv_.view<float>(shard), ReduceOp::avg);
       break;
     case DType::bf16:
     case DType::f16: {
-      rs_send_ = alloc_bytes(name_ + ".rs_send", 2 * flat);
-      rs_recv_ = alloc_bytes(name_ + ".rs_recv", 2 * shard);
+      rs_send_ = memory::acquire(2 * flat, (name_ + ".rs_send").c_str());
+      rs_recv_ = memory::acquire(2 * shard, (name_ + ".rs_recv").c_str());
       with_16bit_type(recipe_.reduce_dtype, [&](auto tag) {
         using T = decltype(tag);
-        cast_from_f32<T>(grad_full_, typed<T>(rs_send_, 0, flat));
-        reduce_req_ = shard_comm_.reduce_scatter_async(typed<T>(rs_send_, 0, flat),
-                                                       typed<T>(rs_recv_, 0, shard), ReduceOp::avg);
+        cast_from_f32<T>(full, rs_send_.view<T>(flat));
+        reduce_req_ = shard_comm_.reduce_scatter_async(rs_send_.view<T>(flat),
+                                                       rs_recv_.view<T>(shard), ReduceOp::avg);
       });
-      grad_full_ = {};  // the low-precision copy is what is sent
       grad_views_.clear();
+      grad_full_.reset();  // the low-precision copy is what is sent
       break;
     }
     default:
@@ -256,7 +289,7 @@ void ShardedGroup::finish_reduce_grads() {
   // computing the optimizer's statistics on the way.
   auto finish = [&](auto tag) {
     using T = decltype(tag);
-    auto r = typed<T>(rs_recv_, 0, shard);
+    auto r = rs_recv_.view<T>(shard);
     if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
     grad_stats_ = accumulate_with_stats<T>(r, grad_);
   };
@@ -264,11 +297,12 @@ void ShardedGroup::finish_reduce_grads() {
     finish(float{});
   else
     with_16bit_type(recipe_.reduce_dtype, finish);
-  Kokkos::fence();
-  rs_send_ = {};
-  rs_recv_ = {};
-  grad_full_ = {};
+  // accumulate_with_stats returned host numbers, so its kernel is done: the
+  // buffers go back to the pool with no work of ours still queued on them.
+  rs_send_.reset();
+  rs_recv_.reset();
   grad_views_.clear();
+  grad_full_.reset();
 }
 
 std::vector<float> ShardedGroup::gather_master() const {
@@ -292,10 +326,10 @@ std::size_t ShardedGroup::persistent_bytes() const noexcept {
 
 std::size_t ShardedGroup::unsharded_bytes() const noexcept {
   const std::size_t flat = std::size_t(index_.flat_numel());
-  std::size_t gathered = 0;
-  if (is_16bit(recipe_.gather_dtype)) gathered = 2 * flat;
-  if (recipe_.is_fp8()) gathered = fp8_segment_bytes() * std::size_t(index_.shard_size());
-  return 4 * flat + gathered;
+  const std::size_t compute = dtype_size(recipe_.compute_dtype) * flat;
+  const std::size_t gathered =
+      recipe_.is_fp8() ? fp8_segment_bytes() * std::size_t(index_.shard_size()) : 0;
+  return compute + gathered;
 }
 
 }  // namespace kshard

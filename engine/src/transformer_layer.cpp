@@ -40,19 +40,20 @@ void TransformerLayer<T>::forward(Kokkos::View<const T*> x, ActShape shape,
 
 template <class T>
 void TransformerLayer<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
-                                   const Views& grads, Kokkos::View<T*> dx) {
+                                   const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t n = shape_.numel();
-  detail::ensure_size(dx1_, n, "kshard::TransformerLayer::dx1");
-  detail::ensure_size(dh_, n, "kshard::TransformerLayer::dh");
+  auto dx1s = detail::scratch<T>(n, "kshard::TransformerLayer::dx1");
+  auto dhs = detail::scratch<T>(n, "kshard::TransformerLayer::dh");
+  Kokkos::View<T*> dx1 = dx1s.view, dh = dhs.view;
   // y = x1 + mlp(x1): dx1 = dy + mlp'(dy)
-  mlp_.backward(dy, detail::slice(params, kMlp, kMlpN), detail::slice(grads, kMlp, kMlpN), dx1_);
-  detail::add<T>(dx1_, dy, dx1_);
+  mlp_.backward(dy, detail::slice(params, kMlp, kMlpN), detail::slice(grads, kMlp, kMlpN), dx1);
+  detail::add<T>(dx1, dy, dx1);
   // x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
-  attn_.backward(dx1_, detail::slice(params, kAttn, kAttnN), detail::slice(grads, kAttn, kAttnN),
-                 dh_);
-  ln1_.backward(dh_, detail::slice(params, kLn1, kLn1N), detail::slice(grads, kLn1, kLn1N), dx);
-  detail::add<T>(dx, dx1_, dx);
+  attn_.backward(dx1, detail::slice(params, kAttn, kAttnN), detail::slice(grads, kAttn, kAttnN),
+                 dh);
+  ln1_.backward(dh, detail::slice(params, kLn1, kLn1N), detail::slice(grads, kLn1, kLn1N), dx);
+  detail::add<T>(dx, dx1, dx);
 }
 
 template <class T>
@@ -60,11 +61,11 @@ void TransformerLayer<T>::release() {
   ln1_.release();
   attn_.release();
   mlp_.release();
-  h1_ = a_ = x1_ = dx1_ = dh_ = {};
   saved_ = false;
 }
 
-template class TransformerLayer<float>;
-template class TransformerLayer<double>;
+#define KSHARD_INSTANTIATE_LAYER(T) template class TransformerLayer<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
 
 }  // namespace kshard

@@ -39,14 +39,14 @@ MarkovTask::MarkovTask(std::int64_t vocab, std::uint64_t seed)
 }
 
 void MarkovTask::fill(std::int64_t first_sequence, std::int64_t count, std::int64_t seq,
-                      float* ids, std::int32_t* targets) const {
+                      std::int32_t* ids, std::int32_t* targets) const {
   for (std::int64_t i = 0; i < count; ++i) {
     Stream s{mix(seed_ ^ mix(std::uint64_t(first_sequence + i) + 0x51ULL))};
     std::int64_t tok = s.below(vocab_);
     for (std::int64_t t = 0; t < seq; ++t) {
       const std::int64_t next = s.uniform() < kLikely ? likely_[std::size_t(tok)]
                                                       : unlikely_[std::size_t(tok)];
-      ids[i * seq + t] = float(tok);
+      ids[i * seq + t] = std::int32_t(tok);
       targets[i * seq + t] = std::int32_t(next);
       tok = next;
     }

@@ -9,7 +9,7 @@
 // global batch and the data-parallel ranks see different, reproducible data.
 //
 //   MarkovTask task(/*vocab=*/64, /*seed=*/1);
-//   std::vector<float> ids(batch * seq);          // model input: ids as float
+//   std::vector<std::int32_t> ids(batch * seq);   // model input: token ids
 //   std::vector<std::int32_t> next(batch * seq);  // target: the following token
 //   task.fill(/*first_sequence=*/rank * batch, batch, seq, ids.data(), next.data());
 //
@@ -31,7 +31,7 @@ class MarkovTask {
   std::int64_t vocab() const noexcept { return vocab_; }
   /// Sequences first_sequence .. first_sequence + count - 1, each seq tokens
   /// of input and the seq tokens that follow each of them as targets.
-  void fill(std::int64_t first_sequence, std::int64_t count, std::int64_t seq, float* ids,
+  void fill(std::int64_t first_sequence, std::int64_t count, std::int64_t seq, std::int32_t* ids,
             std::int32_t* targets) const;
   /// Cross entropy (nats/token) of a model that knows the chain exactly.
   double entropy_floor() const noexcept;

@@ -25,6 +25,7 @@
 
 #include "kshard/engine/embedding.hpp"
 #include "kshard/engine/fsdp_model.hpp"
+#include "kshard/engine/gemm.hpp"
 #include "kshard/engine/layer_norm.hpp"
 #include "kshard/engine/linear.hpp"
 #include "kshard/engine/loss_scaler.hpp"
@@ -57,16 +58,18 @@ std::string shape_text(const std::vector<int>& s) {
 
 std::unique_ptr<kshard::FsdpModel> build_model(const kshard::DeviceMesh& mesh,
                                                const TrainOptions& o) {
-  std::vector<std::unique_ptr<kshard::Layer<float>>> layers;
-  layers.push_back(std::make_unique<kshard::Embedding<float>>(o.vocab, o.width, o.seq));
+  // Described once; the model builds the layers in the recipe's compute dtype.
+  std::vector<kshard::LayerDef> layers;
+  layers.push_back(kshard::layer<kshard::Embedding>(std::int64_t(o.vocab), std::int64_t(o.width),
+                                                    std::int64_t(o.seq)));
   for (int l = 0; l < o.layers; ++l)
-    layers.push_back(
-        std::make_unique<kshard::TransformerLayer<float>>(o.width, o.heads, 4 * o.width));
-  layers.push_back(std::make_unique<kshard::LayerNorm<float>>(o.width));
-  layers.push_back(std::make_unique<kshard::Linear<float>>(o.width, o.vocab));
+    layers.push_back(kshard::layer<kshard::TransformerLayer>(
+        std::int64_t(o.width), std::int64_t(o.heads), std::int64_t(4 * o.width)));
+  layers.push_back(kshard::layer<kshard::LayerNorm>(std::int64_t(o.width)));
+  layers.push_back(kshard::layer<kshard::Linear>(std::int64_t(o.width), std::int64_t(o.vocab)));
   kshard::FsdpOptions fo;
   fo.reshard_after_forward = o.reshard_after_forward;
-  return std::make_unique<kshard::FsdpModel>(mesh, std::move(layers),
+  return std::make_unique<kshard::FsdpModel>(mesh, layers,
                                              kshard::Recipe::parse(o.recipe, o.fp8_init), fo);
 }
 
@@ -120,6 +123,7 @@ int run(kshard::Session& session, int argc, char** argv) {
   kshard::DeviceMesh mesh(world, o.mesh, names);
   const int shard_n = mesh.shard_size();
 
+  kshard::set_allow_tf32(o.tf32);
   auto model = build_model(mesh, o);
   model->init_parameters(o.seed);
 
@@ -138,7 +142,7 @@ int run(kshard::Session& session, int argc, char** argv) {
 
   const kshard_train::MarkovTask task(o.vocab, o.seed);
   const std::int64_t rows = std::int64_t(o.batch) * o.seq;
-  Kokkos::View<float*> ids("kshard-train.ids", std::size_t(rows));
+  Kokkos::View<std::int32_t*> ids("kshard-train.ids", std::size_t(rows));
   Kokkos::View<std::int32_t*> targets("kshard-train.targets", std::size_t(rows));
   auto ids_h = Kokkos::create_mirror_view(ids);
   auto targets_h = Kokkos::create_mirror_view(targets);

@@ -79,7 +79,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "device mesh: N (1-D, FSDP) or RxS (HSDP: replicate x shard); product = world size "
      "(default: 1-D over all ranks)")
     ("recipe", po::value<std::string>(&o.recipe)->default_value(o.recipe),
-     "mixed precision: fp32, bf16, fp16 (dynamic loss scaling) or fp8")
+     "mixed precision: fp32, bf16, fp16 (dynamic loss scaling) or fp8; sets the compute dtype "
+     "(f32, bf16, f16, bf16)")
+    ("tf32", po::bool_switch(&o.tf32), "let f32 GEMMs use TF32 tensor cores (CUDA; off by default)")
     ("fp8-init", po::bool_switch(&o.fp8_init), "keep the sharded parameters in fp8 (fp8 recipe only)")
     ("layers", po::value<int>(&o.layers)->default_value(o.layers), "transformer layers")
     ("width", po::value<int>(&o.width)->default_value(o.width), "model width d (MLP hidden 4d)")

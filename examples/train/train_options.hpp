@@ -27,6 +27,7 @@ struct TrainOptions {
   std::vector<int> mesh;  ///< resolved shape: [N] or [replicate, shard]
   std::string recipe = "fp32";
   bool fp8_init = false;
+  bool tf32 = false;
   int layers = 2;
   int width = 64;
   int heads = 4;

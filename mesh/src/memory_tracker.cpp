@@ -34,6 +34,19 @@ bool is_cache(const char* label) {
   return std::strncmp(label, "kshard.cache:", 13) == 0 || std::strncmp(label, "Kokkos::", 8) == 0;
 }
 
+void add_live(Registry& r, const char* label, const void* ptr, std::uint64_t size) {
+  r.s.live_bytes += std::int64_t(size);
+  ++r.s.live_allocs;
+  if (r.s.live_bytes > r.s.peak_bytes) r.s.peak_bytes = r.s.live_bytes;
+  r.live[ptr] = Alloc{label, size, ++r.seq};
+}
+
+void remove_live(Registry& r, const void* ptr, std::uint64_t size) {
+  if (r.live.erase(ptr) == 0) return;  // allocated before install()
+  r.s.live_bytes -= std::int64_t(size);
+  --r.s.live_allocs;
+}
+
 void on_alloc(Kokkos::Profiling::SpaceHandle, const char* label, const void* ptr,
               std::uint64_t size) {
   Registry& r = reg();
@@ -42,10 +55,7 @@ void on_alloc(Kokkos::Profiling::SpaceHandle, const char* label, const void* ptr
     r.s.cache_bytes += std::int64_t(size);
     return;
   }
-  r.s.live_bytes += std::int64_t(size);
-  ++r.s.live_allocs;
-  if (r.s.live_bytes > r.s.peak_bytes) r.s.peak_bytes = r.s.live_bytes;
-  r.live[ptr] = Alloc{label, size, ++r.seq};
+  add_live(r, label, ptr, size);
 }
 
 void on_free(Kokkos::Profiling::SpaceHandle, const char* label, const void* ptr,
@@ -56,9 +66,7 @@ void on_free(Kokkos::Profiling::SpaceHandle, const char* label, const void* ptr,
     r.s.cache_bytes -= std::int64_t(size);
     return;
   }
-  if (r.live.erase(ptr) == 0) return;  // allocated before install()
-  r.s.live_bytes -= std::int64_t(size);
-  --r.s.live_allocs;
+  remove_live(r, ptr, size);
 }
 
 }  // namespace
@@ -73,6 +81,18 @@ void install() {
 }
 
 bool installed() noexcept { return reg().installed; }
+
+void note_acquire(const char* label, const void* ptr, std::uint64_t size) {
+  Registry& r = reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.installed) add_live(r, label, ptr, size);
+}
+
+void note_release(const void* ptr, std::uint64_t size) {
+  Registry& r = reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  remove_live(r, ptr, size);
+}
 
 Stats stats() noexcept {
   Registry& r = reg();

@@ -40,32 +40,25 @@ const char* kArchNames[] = {"Linear", "LayerNormLinear", "LayerNormMLP", "Transf
                             "Embedding+TransformerLayer+Linear(CE)"};
 const char* kRecipes[] = {"fp32", "bf16", "fp16", "fp8"};
 
-std::vector<std::unique_ptr<kshard::Layer<float>>> make_layers(Arch a) {
-  std::vector<std::unique_ptr<kshard::Layer<float>>> v;
+// Layers described once: FsdpModel builds them in the recipe's compute dtype.
+std::vector<kshard::LayerDef> make_layers(Arch a) {
+  using kshard::layer;
+  const std::int64_t d = kD, v = kVocab;
   switch (a) {
     case Arch::linear:
-      v.push_back(std::make_unique<kshard::Linear<float>>(kD, 2 * kD));
-      v.push_back(std::make_unique<kshard::Linear<float>>(2 * kD, kD));
-      break;
+      return {layer<kshard::Linear>(d, 2 * d), layer<kshard::Linear>(2 * d, d)};
     case Arch::ln_linear:
-      v.push_back(std::make_unique<kshard::LayerNormLinear<float>>(kD, kD));
-      v.push_back(std::make_unique<kshard::LayerNormLinear<float>>(kD, kD));
-      break;
+      return {layer<kshard::LayerNormLinear>(d, d), layer<kshard::LayerNormLinear>(d, d)};
     case Arch::ln_mlp:
-      v.push_back(std::make_unique<kshard::LayerNormMLP<float>>(kD, 2 * kD));
-      v.push_back(std::make_unique<kshard::LayerNormMLP<float>>(kD, 2 * kD));
-      break;
+      return {layer<kshard::LayerNormMLP>(d, 2 * d), layer<kshard::LayerNormMLP>(d, 2 * d)};
     case Arch::transformer:
-      v.push_back(std::make_unique<kshard::TransformerLayer<float>>(kD, 2, 2 * kD));
-      v.push_back(std::make_unique<kshard::TransformerLayer<float>>(kD, 2, 2 * kD));
-      break;
+      return {layer<kshard::TransformerLayer>(d, std::int64_t(2), 2 * d),
+              layer<kshard::TransformerLayer>(d, std::int64_t(2), 2 * d)};
     case Arch::lm:
-      v.push_back(std::make_unique<kshard::Embedding<float>>(kVocab, kD));
-      v.push_back(std::make_unique<kshard::TransformerLayer<float>>(kD, 2, 2 * kD));
-      v.push_back(std::make_unique<kshard::Linear<float>>(kD, kVocab));
       break;
   }
-  return v;
+  return {layer<kshard::Embedding>(v, d), layer<kshard::TransformerLayer>(d, std::int64_t(2), 2 * d),
+          layer<kshard::Linear>(d, v)};
 }
 
 // The global batch, identical on every rank: inputs, MSE targets and token ids.

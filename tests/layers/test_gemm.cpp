@@ -132,12 +132,66 @@ BOOST_AUTO_TEST_CASE(all_transposes_float) { check_all_transposes<float>(); }
 BOOST_AUTO_TEST_CASE(strided_batched_double) { check_strided_batched<double>(); }
 BOOST_AUTO_TEST_CASE(strided_batched_float) { check_strided_batched<float>(); }
 
+// 16-bit operands (bf16 / f16) with f32 accumulation, C in f32 (the weight
+// gradient path) or in the 16-bit type (activations). Reference: the naive
+// product in double of the same rounded operands. f32 C: each of the k = 13
+// products is exact in f32 and the sum rounds k times: 1e-5 relative to max|C|
+// as for float. 16-bit C: one final rounding, at most the unit roundoff
+// relative to |C| (bf16 2^-8, f16 2^-11), bounded relative to max|C| by that
+// plus the f32 sum.
+template <class T, class TC>
+void check_low_precision(double tol_c) {
+  const std::int64_t m = 5, n = 7, k = 13, pad = 3;
+  std::mt19937_64 rng(5);
+  for (Trans ta : {Trans::N, Trans::T})
+    for (Trans tb : {Trans::N, Trans::T}) {
+      const std::int64_t ar = ta == Trans::N ? m : k, ac = ta == Trans::N ? k : m;
+      const std::int64_t br = tb == Trans::N ? k : n, bc = tb == Trans::N ? n : k;
+      const std::int64_t lda = ac + pad, ldb = bc + pad, ldc = n + pad;
+      HostVec a = random_vec(ar * lda, rng), b = random_vec(br * ldb, rng);
+      HostVec c = random_vec(m * ldc, rng);
+      auto down = [](HostVec& v, auto tag) {
+        using U = decltype(tag);
+        for (auto& x : v) x = double(to_accum(from_float<U>(float(x))));
+      };
+      down(a, T{});
+      down(b, T{});
+      down(c, TC{});
+      auto dev = [](const HostVec& v, auto tag) {
+        using U = decltype(tag);
+        Kokkos::View<U*> d("lp", v.size());
+        auto h = Kokkos::create_mirror_view(d);
+        for (std::size_t i = 0; i < v.size(); ++i) h(i) = from_float<U>(float(v[i]));
+        Kokkos::deep_copy(d, h);
+        return d;
+      };
+      auto ad = dev(a, T{});
+      auto bd = dev(b, T{});
+      auto cd = dev(c, TC{});
+      gemm<T>(ta, tb, m, n, k, 0.75f, ad.data(), lda, bd.data(), ldb, -0.5f, cd.data(), ldc);
+      HostVec want = c;
+      naive(ta, tb, m, n, k, 0.75, a, lda, b, ldb, -0.5, want, ldc);
+      auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cd);
+      HostVec got(hc.extent(0));
+      for (std::size_t i = 0; i < got.size(); ++i) got[i] = double(to_accum(hc(i)));
+      BOOST_TEST_INFO("ta=" << int(ta) << " tb=" << int(tb));
+      BOOST_TEST(rel_err(got, want) <= tol_c);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_operands_f32_accumulation) {
+  check_low_precision<bfloat16_t, float>(1e-5);
+  check_low_precision<bfloat16_t, bfloat16_t>(std::ldexp(1.0, -8) + 1e-5);
+  check_low_precision<float16_t, float>(1e-5);
+  check_low_precision<float16_t, float16_t>(std::ldexp(1.0, -11) + 1e-5);
+}
+
 BOOST_AUTO_TEST_CASE(k_zero_scales_c_and_empty_is_a_no_op) {
   auto c = to_device<double>({1, 2, 3, 4});
   auto a = to_device<double>({0});
   gemm<double>(Trans::N, Trans::N, 2, 2, 0, 1.0, a.data(), 1, a.data(), 2, 3.0, c.data(), 2);
   BOOST_TEST(to_host(c) == (HostVec{3, 6, 9, 12}), boost::test_tools::per_element());
-  gemm<double>(Trans::N, Trans::N, 0, 2, 3, 1.0, nullptr, 3, nullptr, 2, 0.0, nullptr, 2);
+  gemm<double, double>(Trans::N, Trans::N, 0, 2, 3, 1.0, nullptr, 3, nullptr, 2, 0.0, nullptr, 2);
   gemm_strided_batched<double>(Trans::N, Trans::N, 2, 2, 2, 1.0, nullptr, 2, 4, nullptr, 2, 4,
                                0.0, nullptr, 2, 4, 0);
 }

@@ -9,6 +9,7 @@
 
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "kshard/engine/gemm.hpp"
 #include "kshard/error.hpp"
@@ -65,73 +66,76 @@ cublasHandle_t handle() {
 
 cublasOperation_t op(Trans t) { return t == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
 
-cublasStatus_t call(cublasHandle_t h, Trans ta, Trans tb, int m, int n, int k,
-                    const float* alpha, const float* a, int lda, const float* b, int ldb,
-                    const float* beta, float* c, int ldc) {
-  return cublasSgemm(h, op(tb), op(ta), n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
+template <class T>
+cudaDataType_t cuda_type() {
+  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+  if constexpr (std::is_same_v<T, double>) return CUDA_R_64F;
+  if constexpr (std::is_same_v<T, bfloat16_t>) return CUDA_R_16BF;
+  if constexpr (std::is_same_v<T, float16_t>) return CUDA_R_16F;
 }
-cublasStatus_t call(cublasHandle_t h, Trans ta, Trans tb, int m, int n, int k,
-                    const double* alpha, const double* a, int lda, const double* b, int ldb,
-                    const double* beta, double* c, int ldc) {
-  return cublasDgemm(h, op(tb), op(ta), n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
-}
-cublasStatus_t call_batched(cublasHandle_t h, Trans ta, Trans tb, int m, int n, int k,
-                            const float* alpha, const float* a, int lda, long long sa,
-                            const float* b, int ldb, long long sb, const float* beta, float* c,
-                            int ldc, long long sc, int batch) {
-  return cublasSgemmStridedBatched(h, op(tb), op(ta), n, m, k, alpha, b, ldb, sb, a, lda, sa,
-                                   beta, c, ldc, sc, batch);
-}
-cublasStatus_t call_batched(cublasHandle_t h, Trans ta, Trans tb, int m, int n, int k,
-                            const double* alpha, const double* a, int lda, long long sa,
-                            const double* b, int ldb, long long sb, const double* beta,
-                            double* c, int ldc, long long sc, int batch) {
-  return cublasDgemmStridedBatched(h, op(tb), op(ta), n, m, k, alpha, b, ldb, sb, a, lda, sa,
-                                   beta, c, ldc, sc, batch);
+
+// 16-bit operands: f32 accumulation on tensor cores. float: exact f32 (the
+// SIMT path) unless TF32 is allowed. double: f64.
+template <class T>
+cublasComputeType_t compute_type() {
+  if constexpr (std::is_same_v<T, double>) return CUBLAS_COMPUTE_64F;
+  if constexpr (std::is_same_v<T, float>)
+    return allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  return CUBLAS_COMPUTE_32F;
 }
 
 }  // namespace
 
-template <class T>
-void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                  const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
-                  std::int64_t ldc) {
-  // alpha/beta are host scalars (the handle's default pointer mode).
-  check(call(handle(), ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-             &alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), &beta, c,
-             static_cast<int>(ldc)),
-        "cublas<t>gemm");
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: operands
+// swapped, m and n swapped, flags kept (see the top of this file).
+template <class T, class TC>
+void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                  accum_t<T> alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+                  accum_t<T> beta, TC* c, std::int64_t ldc) {
+  // alpha/beta are host scalars of the compute type (f32 or f64).
+  check(cublasGemmEx(handle(), op(tb), op(ta), static_cast<int>(n), static_cast<int>(m),
+                     static_cast<int>(k), &alpha, b, cuda_type<T>(), static_cast<int>(ldb), a,
+                     cuda_type<T>(), static_cast<int>(lda), &beta, c, cuda_type<TC>(),
+                     static_cast<int>(ldc), compute_type<T>(), CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
 }
 
 template <class T>
 void gemm_strided_batched_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n,
-                                  std::int64_t k, T alpha, const T* a, std::int64_t lda,
+                                  std::int64_t k, accum_t<T> alpha, const T* a, std::int64_t lda,
                                   std::int64_t stride_a, const T* b, std::int64_t ldb,
-                                  std::int64_t stride_b, T beta, T* c, std::int64_t ldc,
+                                  std::int64_t stride_b, accum_t<T> beta, T* c, std::int64_t ldc,
                                   std::int64_t stride_c, std::int64_t batch) {
-  check(call_batched(handle(), ta, tb, static_cast<int>(m), static_cast<int>(n),
-                     static_cast<int>(k), &alpha, a, static_cast<int>(lda),
-                     static_cast<long long>(stride_a), b, static_cast<int>(ldb),
-                     static_cast<long long>(stride_b), &beta, c, static_cast<int>(ldc),
-                     static_cast<long long>(stride_c), static_cast<int>(batch)),
-        "cublas<t>gemmStridedBatched");
+  check(cublasGemmStridedBatchedEx(
+            handle(), op(tb), op(ta), static_cast<int>(n), static_cast<int>(m),
+            static_cast<int>(k), &alpha, b, cuda_type<T>(), static_cast<int>(ldb),
+            static_cast<long long>(stride_b), a, cuda_type<T>(), static_cast<int>(lda),
+            static_cast<long long>(stride_a), &beta, c, cuda_type<T>(), static_cast<int>(ldc),
+            static_cast<long long>(stride_c), static_cast<int>(batch), compute_type<T>(),
+            CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx");
 }
 
-template void gemm_backend<float>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, float,
-                                  const float*, std::int64_t, const float*, std::int64_t, float,
-                                  float*, std::int64_t);
-template void gemm_backend<double>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t,
-                                   double, const double*, std::int64_t, const double*,
-                                   std::int64_t, double, double*, std::int64_t);
-template void gemm_strided_batched_backend<float>(Trans, Trans, std::int64_t, std::int64_t,
-                                                  std::int64_t, float, const float*,
-                                                  std::int64_t, std::int64_t, const float*,
-                                                  std::int64_t, std::int64_t, float, float*,
-                                                  std::int64_t, std::int64_t, std::int64_t);
-template void gemm_strided_batched_backend<double>(Trans, Trans, std::int64_t, std::int64_t,
-                                                   std::int64_t, double, const double*,
-                                                   std::int64_t, std::int64_t, const double*,
-                                                   std::int64_t, std::int64_t, double, double*,
-                                                   std::int64_t, std::int64_t, std::int64_t);
+#define KSHARD_GEMM_BACKEND(T, TC)                                                            \
+  template void gemm_backend<T, TC>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t,   \
+                                    accum_t<T>, const T*, std::int64_t, const T*,             \
+                                    std::int64_t, accum_t<T>, TC*, std::int64_t);
+#define KSHARD_GEMM_BATCHED_BACKEND(T)                                                        \
+  template void gemm_strided_batched_backend<T>(                                              \
+      Trans, Trans, std::int64_t, std::int64_t, std::int64_t, accum_t<T>, const T*,           \
+      std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, accum_t<T>, T*,       \
+      std::int64_t, std::int64_t, std::int64_t);
+KSHARD_GEMM_BACKEND(float, float)
+KSHARD_GEMM_BACKEND(double, double)
+KSHARD_GEMM_BACKEND(bfloat16_t, bfloat16_t)
+KSHARD_GEMM_BACKEND(bfloat16_t, float)
+KSHARD_GEMM_BACKEND(float16_t, float16_t)
+KSHARD_GEMM_BACKEND(float16_t, float)
+KSHARD_GEMM_BATCHED_BACKEND(float)
+KSHARD_GEMM_BATCHED_BACKEND(double)
+KSHARD_GEMM_BATCHED_BACKEND(bfloat16_t)
+KSHARD_GEMM_BATCHED_BACKEND(float16_t)
+#undef KSHARD_GEMM_BACKEND
+#undef KSHARD_GEMM_BATCHED_BACKEND
 
 }  // namespace kshard::detail

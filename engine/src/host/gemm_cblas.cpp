@@ -1,5 +1,13 @@
 // Host GEMM backend: OpenBLAS' CBLAS, row-major natively.
+//
+// 16-bit operands (bf16, f16) are widened to f32 and multiplied by SGEMM, so
+// the host computes exactly what a tensor core with f32 accumulation would
+// (each product of two 16-bit values is exact in f32) up to summation order.
+// The host's 16-bit path exists so the low-precision recipes run and are
+// tested where CI runs; its speed is not a goal (fp32 is the host default).
 #include <cblas.h>
+
+#include <vector>
 
 #include "kshard/engine/gemm.hpp"
 
@@ -26,44 +34,94 @@ void call(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, do
               beta, c, static_cast<int>(ldc));
 }
 
-}  // namespace
+// Elements spanned by `rows` stored rows of `cols` values with leading dimension ld.
+std::size_t span(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  return rows == 0 || cols == 0 ? 0 : std::size_t((rows - 1) * ld + cols);
+}
+std::int64_t stored_rows(Trans t, std::int64_t r, std::int64_t c) { return t == Trans::N ? r : c; }
+std::int64_t stored_cols(Trans t, std::int64_t r, std::int64_t c) { return t == Trans::N ? c : r; }
 
 template <class T>
-void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                  const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
-                  std::int64_t ldc) {
+void widen(const T* src, std::size_t n, std::vector<float>& dst) {
+  dst.resize(n);
+  for (std::size_t i = 0; i < n; ++i) dst[i] = to_accum(src[i]);
+}
+
+// One 16-bit product on f32 copies. C of type TC (16-bit or float).
+template <class T, class TC>
+void call_widened(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                  float alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+                  float beta, TC* c, std::int64_t ldc) {
+  thread_local std::vector<float> wa, wb, wc;
+  widen(a, span(stored_rows(ta, m, k), stored_cols(ta, m, k), lda), wa);
+  widen(b, span(stored_rows(tb, k, n), stored_cols(tb, k, n), ldb), wb);
+  if constexpr (std::is_same_v<TC, float>) {
+    call(ta, tb, m, n, k, alpha, wa.data(), lda, wb.data(), ldb, beta, c, ldc);
+  } else {
+    const std::size_t nc = span(m, n, ldc);
+    if (beta != 0.0f)
+      widen(c, nc, wc);
+    else
+      wc.assign(nc, 0.0f);
+    call(ta, tb, m, n, k, alpha, wa.data(), lda, wb.data(), ldb, beta, wc.data(), ldc);
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = from_accum<TC>(wc[i * ldc + j]);
+  }
+}
+
+template <class T, class TC>
+void dispatch(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+              accum_t<T> alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+              accum_t<T> beta, TC* c, std::int64_t ldc) {
+  if constexpr (is_low_precision_v<T>)
+    call_widened<T, TC>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    call(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
+template <class T, class TC>
+void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                  accum_t<T> alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+                  accum_t<T> beta, TC* c, std::int64_t ldc) {
   fence_pending_kernels();
-  call(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  dispatch<T, TC>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>
 void gemm_strided_batched_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n,
-                                  std::int64_t k, T alpha, const T* a, std::int64_t lda,
+                                  std::int64_t k, accum_t<T> alpha, const T* a, std::int64_t lda,
                                   std::int64_t stride_a, const T* b, std::int64_t ldb,
-                                  std::int64_t stride_b, T beta, T* c, std::int64_t ldc,
+                                  std::int64_t stride_b, accum_t<T> beta, T* c, std::int64_t ldc,
                                   std::int64_t stride_c, std::int64_t batch) {
   fence_pending_kernels();
   // OpenBLAS threads inside each product; a loop over the batch is enough here.
   for (std::int64_t i = 0; i < batch; ++i)
-    call(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-         c + i * stride_c, ldc);
+    dispatch<T, T>(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                   c + i * stride_c, ldc);
 }
 
-template void gemm_backend<float>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, float,
-                                  const float*, std::int64_t, const float*, std::int64_t, float,
-                                  float*, std::int64_t);
-template void gemm_backend<double>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t,
-                                   double, const double*, std::int64_t, const double*,
-                                   std::int64_t, double, double*, std::int64_t);
-template void gemm_strided_batched_backend<float>(Trans, Trans, std::int64_t, std::int64_t,
-                                                  std::int64_t, float, const float*,
-                                                  std::int64_t, std::int64_t, const float*,
-                                                  std::int64_t, std::int64_t, float, float*,
-                                                  std::int64_t, std::int64_t, std::int64_t);
-template void gemm_strided_batched_backend<double>(Trans, Trans, std::int64_t, std::int64_t,
-                                                   std::int64_t, double, const double*,
-                                                   std::int64_t, std::int64_t, const double*,
-                                                   std::int64_t, std::int64_t, double, double*,
-                                                   std::int64_t, std::int64_t, std::int64_t);
+#define KSHARD_GEMM_BACKEND(T, TC)                                                            \
+  template void gemm_backend<T, TC>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t,   \
+                                    accum_t<T>, const T*, std::int64_t, const T*,             \
+                                    std::int64_t, accum_t<T>, TC*, std::int64_t);
+#define KSHARD_GEMM_BATCHED_BACKEND(T)                                                        \
+  template void gemm_strided_batched_backend<T>(                                              \
+      Trans, Trans, std::int64_t, std::int64_t, std::int64_t, accum_t<T>, const T*,           \
+      std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, accum_t<T>, T*,       \
+      std::int64_t, std::int64_t, std::int64_t);
+KSHARD_GEMM_BACKEND(float, float)
+KSHARD_GEMM_BACKEND(double, double)
+KSHARD_GEMM_BACKEND(bfloat16_t, bfloat16_t)
+KSHARD_GEMM_BACKEND(bfloat16_t, float)
+KSHARD_GEMM_BACKEND(float16_t, float16_t)
+KSHARD_GEMM_BACKEND(float16_t, float)
+KSHARD_GEMM_BATCHED_BACKEND(float)
+KSHARD_GEMM_BATCHED_BACKEND(double)
+KSHARD_GEMM_BATCHED_BACKEND(bfloat16_t)
+KSHARD_GEMM_BATCHED_BACKEND(float16_t)
+#undef KSHARD_GEMM_BACKEND
+#undef KSHARD_GEMM_BATCHED_BACKEND
 
 }  // namespace kshard::detail

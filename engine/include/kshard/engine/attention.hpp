@@ -23,7 +23,7 @@ template <class T>
 class CausalSelfAttention final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
-  using typename Layer<T>::Views;
+  using typename Layer<T>::GradViews;
 
   CausalSelfAttention(std::int64_t d_model, std::int64_t heads);
 
@@ -36,7 +36,7 @@ class CausalSelfAttention final : public Layer<T> {
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
-  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
 
@@ -48,7 +48,6 @@ class CausalSelfAttention final : public Layer<T> {
   Kokkos::View<T*> qkv_;   // [rows, 3d]
   Kokkos::View<T*> prob_;  // [batch, heads, seq, seq]
   Kokkos::View<T*> ctx_;   // [rows, d]
-  Kokkos::View<T*> dctx_, dprob_, dqkv_;  // backward workspaces
 };
 
 namespace detail {
@@ -65,7 +64,8 @@ void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*
                                std::int64_t d, std::int64_t heads);
 }  // namespace detail
 
-extern template class CausalSelfAttention<float>;
-extern template class CausalSelfAttention<double>;
+#define KSHARD_EXTERN_LAYER(T) extern template class CausalSelfAttention<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
 
 }  // namespace kshard

@@ -56,5 +56,9 @@ void fp8_dequantize(Kokkos::View<const float8_e4m3_t*> q, Kokkos::View<const flo
                     Kokkos::View<float*> x, int block = fp8_default_block);
 void fp8_dequantize(Kokkos::View<const float8_e5m2_t*> q, Kokkos::View<const float*> scales,
                     Kokkos::View<float*> x, int block = fp8_default_block);
+/// Straight into bf16, the fp8 recipe's compute dtype: to_float(q) * scale
+/// is exact in f32 and then rounded once (RNE) to bf16.
+void fp8_dequantize(Kokkos::View<const float8_e4m3_t*> q, Kokkos::View<const float*> scales,
+                    Kokkos::View<bfloat16_t*> x, int block = fp8_default_block);
 
 }  // namespace kshard

@@ -13,7 +13,7 @@ template <class T>
 class Gelu final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
-  using typename Layer<T>::Views;
+  using typename Layer<T>::GradViews;
 
   explicit Gelu(std::int64_t features);
 
@@ -24,7 +24,7 @@ class Gelu final : public Layer<T> {
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
-  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
 
@@ -43,7 +43,8 @@ template <class T>
 void gelu_backward(Kokkos::View<const T*> x, Kokkos::View<const T*> dy, Kokkos::View<T*> dx);
 }  // namespace detail
 
-extern template class Gelu<float>;
-extern template class Gelu<double>;
+#define KSHARD_EXTERN_LAYER(T) extern template class Gelu<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
 
 }  // namespace kshard

@@ -9,11 +9,19 @@
 // between consecutive stored rows (>= the stored row length), likewise B and C.
 //
 //   // y[rows, out] = x[rows, in] * W[out, in]^T
-//   kshard::gemm(kshard::Trans::N, kshard::Trans::T, rows, out, in,
-//                1.0f, x, w, 0.0f, y);                      // dense Views
+//   kshard::gemm<float>(kshard::Trans::N, kshard::Trans::T, rows, out, in,
+//                       1.0f, x, w, 0.0f, y);               // dense Views
 //   // per-(batch, head) products: one call, batch matrices at fixed strides
 //   kshard::gemm_strided_batched(Trans::N, Trans::T, s, s, hd, scale,
 //                                q, 3 * d, hd, k, 3 * d, hd, 0.0f, p, s, s * s, heads);
+//
+// Types: A and B are T = float, double, bfloat16_t or float16_t; C is T or,
+// for the 16-bit types, float (weight gradients accumulate in f32). Products
+// of 16-bit operands accumulate in f32 (cuBLAS: tensor cores with
+// CUBLAS_COMPUTE_32F; host: converted to f32 for SGEMM). alpha and beta are
+// accum_t<T>. float GEMMs are exact f32 unless set_allow_tf32(true) (off by
+// default, as torch.backends.cuda.matmul.allow_tf32): then cuBLAS may use
+// TF32 tensor cores (10-bit significand inputs, f32 accumulation).
 //
 // Calls are ordered with Kokkos kernels on the default execution space (on
 // CUDA, cuBLAS runs on the Kokkos default stream; on host, pending Kokkos
@@ -24,44 +32,50 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/numeric/compute.hpp"
+
 namespace kshard {
 
 enum class Trans { N, T };
 
 /// Pointer form (BLAS-like): pointers into memory of the default memory space.
-/// Supported T: float, double.
-template <class T>
-void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
+template <class T, class TC>
+void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, accum_t<T> alpha,
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, accum_t<T> beta, TC* c,
           std::int64_t ldc);
 
 /// Dense View form: A, B, C packed (ld = stored row length); checks that each
 /// View holds at least the elements the product touches.
-template <class T>
-void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          Kokkos::View<const T*> a, Kokkos::View<const T*> b, T beta, Kokkos::View<T*> c);
+template <class T, class TC>
+void gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, accum_t<T> alpha,
+          Kokkos::View<const T*> a, Kokkos::View<const T*> b, accum_t<T> beta,
+          Kokkos::View<TC*> c);
 
 /// `batch` independent products; matrix i of A starts at a + i * stride_a
 /// (likewise B, C). Strides may be smaller than a matrix (interleaved heads),
-/// but the C matrices of different batch entries must not overlap.
+/// but the C matrices of different batch entries must not overlap. C is T.
 template <class T>
 void gemm_strided_batched(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                          T alpha, const T* a, std::int64_t lda, std::int64_t stride_a,
-                          const T* b, std::int64_t ldb, std::int64_t stride_b, T beta, T* c,
-                          std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
+                          accum_t<T> alpha, const T* a, std::int64_t lda, std::int64_t stride_a,
+                          const T* b, std::int64_t ldb, std::int64_t stride_b, accum_t<T> beta,
+                          T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t batch);
+
+/// Lets float GEMMs use TF32 tensor cores (CUDA only; no effect on the host).
+void set_allow_tf32(bool allow) noexcept;
+bool allow_tf32() noexcept;
 
 namespace detail {
 // Backend entry points (host/gemm_cblas.cpp or cuda/gemm_cublas.cpp), called
 // with validated, non-empty arguments.
-template <class T>
-void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                  const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c,
-                  std::int64_t ldc);
+template <class T, class TC>
+void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                  accum_t<T> alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+                  accum_t<T> beta, TC* c, std::int64_t ldc);
 template <class T>
 void gemm_strided_batched_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n,
-                                  std::int64_t k, T alpha, const T* a, std::int64_t lda,
+                                  std::int64_t k, accum_t<T> alpha, const T* a, std::int64_t lda,
                                   std::int64_t stride_a, const T* b, std::int64_t ldb,
-                                  std::int64_t stride_b, T beta, T* c, std::int64_t ldc,
+                                  std::int64_t stride_b, accum_t<T> beta, T* c, std::int64_t ldc,
                                   std::int64_t stride_c, std::int64_t batch);
 }  // namespace detail
 

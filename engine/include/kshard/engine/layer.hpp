@@ -31,15 +31,27 @@
 // - backward() ACCUMULATES (+=) into grads, so micro-batches can accumulate
 //   without a copy; the caller zeroes grads when a step starts. It WRITES dx.
 //   It may be called more than once after one forward (each call adds again).
-// - dy, dx, y and x must not alias one another.
-// - Layers own their saved activations and workspaces, sized on first use and
-//   reused while shapes stay the same; release() frees them. One object holds
-//   one saved forward: a second forward replaces it (two micro-batches in
-//   flight at once need two layer objects; they may share parameter Views).
+// - dy, dx and x must not alias one another; dy may be the layer's own y
+//   (no layer reads its output in backward: the loss gradient can overwrite
+//   the logits).
+// - Layers own their saved activations, sized on first use and reused while
+//   shapes stay the same (so a steady-state step allocates nothing);
+//   release() drops the saved forward (handles to inputs) but keeps those
+//   buffers for the next forward. Backward-only workspaces come from the
+//   buffer pool for the duration of one backward(). One object holds one
+//   saved forward: a second forward replaces it (two micro-batches in flight
+//   at once need two layer objects; they may share parameter Views).
 // - Parameter and gradient Views may be subviews of one flat buffer (what an
 //   FSDP unit passes); they must not overlap each other.
 // - Not thread-safe; kernels run on the default execution space instance.
-// - Supported T: float (training) and double (finite-difference checks).
+// - Compute types T: float, bfloat16_t and float16_t (training; FSDP2's
+//   param_dtype, chosen by the Recipe) and double (finite-difference checks).
+//   Parameters and activations are T; every sum, statistic and exponential
+//   is computed in accum_t<T> (f32 for the 16-bit types); parameter gradients
+//   are accum_t<T> (Grad), written straight from the f32 accumulators of the
+//   GEMMs, so micro-batches accumulate without rounding to 16 bits.
+// - A layer that consumes token ids (Embedding) says so (takes_token_ids())
+//   and implements forward_tokens(); the model feeds it int32 ids.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,6 +59,8 @@
 #include <Kokkos_Core.hpp>
 
 #include "kshard/engine/init.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/numeric/compute.hpp"
 
 namespace kshard {
 
@@ -66,8 +80,11 @@ struct ActShape {
 template <class T>
 class Layer {
  public:
+  using Grad = accum_t<T>;
   using ConstViews = std::vector<Kokkos::View<const T*>>;
-  using Views = std::vector<Kokkos::View<T*>>;
+  /// Parameter-gradient Views (one per spec).
+  using GradViews = std::vector<Kokkos::View<Grad*>>;
+  using Views = GradViews;
 
   virtual ~Layer() = default;
   virtual std::string kind() const = 0;                    ///< "Linear", "TransformerLayer", ...
@@ -80,9 +97,14 @@ class Layer {
   virtual void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                        Kokkos::View<T*> y) = 0;
   /// dy: [rows, out_features] of the last forward. grads += dL/dparams; dx written.
-  virtual void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
-                        Kokkos::View<T*> dx) = 0;
-  /// Drops saved activations and workspaces.
+  virtual void backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                        const GradViews& grads, Kokkos::View<T*> dx) = 0;
+  /// True for layers whose input is token ids (shape.features == 1).
+  virtual bool takes_token_ids() const { return false; }
+  /// forward() on int32 token ids; backward() then writes dx (zeros) as usual.
+  virtual void forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                              const ConstViews& params, Kokkos::View<T*> y);
+  /// Drops the saved forward (activation buffers stay allocated for reuse).
   virtual void release() {}
 
   ActShape output_shape(ActShape in) const { return {in.batch, in.seq, out_features()}; }
@@ -94,8 +116,12 @@ std::int64_t param_numel(const std::vector<ParamSpec>& specs);
 /// One fresh View per spec (label = spec name), zero-filled.
 template <class T>
 std::vector<Kokkos::View<T*>> allocate_parameters(const Layer<T>& layer);
+/// One fresh gradient View (accum_t<T>) per spec, zero-filled.
+template <class T>
+std::vector<Kokkos::View<accum_t<T>*>> allocate_gradients(const Layer<T>& layer);
 
-/// fill_init of every parameter, keyed by prefix + spec name (see init.hpp).
+/// fill_init of every parameter, keyed by prefix + spec name (see init.hpp);
+/// 16-bit T: the f32 initial values rounded (what a bf16/f16 all-gather sends).
 template <class T>
 void init_parameters(const Layer<T>& layer, const std::vector<Kokkos::View<T*>>& params,
                      std::uint64_t seed, const std::string& prefix = "");
@@ -114,7 +140,8 @@ template <class T>
 void check_backward(const Layer<T>& layer, bool have_forward, const ActShape& shape,
                     const Kokkos::View<const T*>& dy,
                     const std::vector<Kokkos::View<const T*>>& params,
-                    const std::vector<Kokkos::View<T*>>& grads, const Kokkos::View<T*>& dx);
+                    const std::vector<Kokkos::View<accum_t<T>*>>& grads,
+                    const Kokkos::View<T*>& dx);
 void check_size(const std::string& who, const char* what, std::size_t have, std::int64_t want);
 
 /// Resizes a workspace to exactly n elements (contents undefined) if its size differs.
@@ -123,6 +150,21 @@ void ensure_size(Kokkos::View<T*>& v, std::int64_t n, const char* label) {
   if (static_cast<std::int64_t>(v.extent(0)) != n || v.data() == nullptr)
     v = Kokkos::View<T*>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing),
                          static_cast<std::size_t>(n));
+}
+
+/// A backward workspace of n elements from the buffer pool, given back when
+/// it goes out of scope (its kernels are ordered on the one stream).
+template <class T>
+struct Scratch {
+  memory::Block block;
+  Kokkos::View<T*, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view;
+};
+template <class T>
+Scratch<T> scratch(std::int64_t n, const char* label) {
+  Scratch<T> s;
+  s.block = memory::acquire(std::size_t(n) * sizeof(T), label);
+  s.view = s.block.template view<T>(std::size_t(n));
+  return s;
 }
 
 /// Elements [first, first + n) of a View list (a sub-layer's parameters).
@@ -140,11 +182,12 @@ void append_prefixed(std::vector<ParamSpec>& out, const std::string& prefix,
 template <class T>
 void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t rows,
                     std::int64_t cols);
-/// db[c] += sum_r dy[r, c], as a GEMM with a ones vector (kept in `ones`).
-template <class T>
-void accumulate_column_sums(Kokkos::View<const T*> dy, std::int64_t rows, std::int64_t cols,
-                            Kokkos::View<T*> db, Kokkos::View<T*>& ones);
-/// out = a + b (out may be a or b)
+/// db[c] += sum_r dy[r, c] (U = T or accum_t<T>), as a GEMM with a ones
+/// vector (kept in `ones`) accumulating in f32 straight into db.
+template <class U>
+void accumulate_column_sums(Kokkos::View<const U*> dy, std::int64_t rows, std::int64_t cols,
+                            Kokkos::View<accum_t<U>*> db, Kokkos::View<U*>& ones);
+/// out = a + b (out may be a or b), summed in accum_t<T> and rounded once.
 template <class T>
 void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> out);
 }  // namespace detail

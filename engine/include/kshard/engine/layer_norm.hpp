@@ -5,8 +5,9 @@
 //   kshard::LayerNorm<float> ln(768);             // params: "gamma" [768], "beta" [768]
 //   ln.forward(x, {batch, seq, 768}, params, y);
 //
-// One Kokkos team per row computes the row statistics; backward writes
-// dx per row and reduces dgamma/dbeta over rows with ones-vector GEMMs.
+// One Kokkos team per row computes the row statistics (in accum_t<T>: f32
+// for 16-bit T); backward writes dx per row and reduces dgamma/dbeta over rows
+// with ones-vector GEMMs into the f32 gradients.
 #include "kshard/engine/layer.hpp"
 
 namespace kshard {
@@ -15,7 +16,7 @@ template <class T>
 class LayerNorm final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
-  using typename Layer<T>::Views;
+  using typename Layer<T>::GradViews;
 
   explicit LayerNorm(std::int64_t features, double eps = 1e-5);
 
@@ -27,7 +28,7 @@ class LayerNorm final : public Layer<T> {
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
-  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
 
@@ -37,12 +38,14 @@ class LayerNorm final : public Layer<T> {
   bool saved_ = false;
   ActShape shape_{};
   Kokkos::View<const T*> x_;
-  Kokkos::View<T*> mean_, rstd_;  // [rows]
-  Kokkos::View<T*> dy_xhat_;      // backward workspace [rows, d]
-  Kokkos::View<T*> ones_;
+  using A = accum_t<T>;
+  Kokkos::View<A*> mean_, rstd_;  // [rows], row statistics in the accumulation type
+  Kokkos::View<T*> ones_;         // for the dbeta column sums of dy (T)
+  Kokkos::View<A*> ones_acc_;     // for the dgamma column sums of dy_xhat (A)
 };
 
-extern template class LayerNorm<float>;
-extern template class LayerNorm<double>;
+#define KSHARD_EXTERN_LAYER(T) extern template class LayerNorm<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
 
 }  // namespace kshard

@@ -14,7 +14,7 @@ template <class T>
 class LayerNormLinear final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
-  using typename Layer<T>::Views;
+  using typename Layer<T>::GradViews;
 
   LayerNormLinear(std::int64_t in_features, std::int64_t out_features, bool bias = true,
                   double eps = 1e-5);
@@ -26,7 +26,7 @@ class LayerNormLinear final : public Layer<T> {
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
-  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
 
@@ -36,10 +36,10 @@ class LayerNormLinear final : public Layer<T> {
   bool saved_ = false;
   ActShape shape_{};
   Kokkos::View<T*> h_;   // LayerNorm output, kept for fc_'s backward
-  Kokkos::View<T*> dh_;  // backward workspace
 };
 
-extern template class LayerNormLinear<float>;
-extern template class LayerNormLinear<double>;
+#define KSHARD_EXTERN_LAYER(T) extern template class LayerNormLinear<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
 
 }  // namespace kshard

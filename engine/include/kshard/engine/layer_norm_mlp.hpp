@@ -16,7 +16,7 @@ template <class T>
 class LayerNormMLP final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
-  using typename Layer<T>::Views;
+  using typename Layer<T>::GradViews;
 
   LayerNormMLP(std::int64_t features, std::int64_t hidden, double eps = 1e-5);
 
@@ -28,7 +28,7 @@ class LayerNormMLP final : public Layer<T> {
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
-  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
 
@@ -41,11 +41,10 @@ class LayerNormMLP final : public Layer<T> {
   Kokkos::View<T*> h_;   // LayerNorm output [rows, d]
   Kokkos::View<T*> a_;   // fc1 output, GELU input [rows, hidden]
   Kokkos::View<T*> g_;   // GELU output [rows, hidden]
-  Kokkos::View<T*> dg_;  // backward: d(gelu out), then in place d(fc1 out)
-  Kokkos::View<T*> dh_;  // backward: d(LayerNorm out)
 };
 
-extern template class LayerNormMLP<float>;
-extern template class LayerNormMLP<double>;
+#define KSHARD_EXTERN_LAYER(T) extern template class LayerNormMLP<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
 
 }  // namespace kshard

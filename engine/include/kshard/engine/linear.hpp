@@ -15,7 +15,7 @@ template <class T>
 class Linear final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
-  using typename Layer<T>::Views;
+  using typename Layer<T>::GradViews;
 
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
 
@@ -27,7 +27,7 @@ class Linear final : public Layer<T> {
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
-  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
 
@@ -40,7 +40,8 @@ class Linear final : public Layer<T> {
   Kokkos::View<T*> ones_;     // for the bias gradient GEMM
 };
 
-extern template class Linear<float>;
-extern template class Linear<double>;
+#define KSHARD_LINEAR_EXTERN(T) extern template class Linear<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LINEAR_EXTERN)
+#undef KSHARD_LINEAR_EXTERN
 
 }  // namespace kshard

@@ -7,15 +7,23 @@
 //
 // grad_scale multiplies the written gradient only (not the returned loss):
 // e.g. 1/micro_batches when micro-batch gradients are accumulated.
+// T: any compute type (kshard/numeric/compute.hpp); the loss, the softmax
+// statistics and the gradient are computed in accum_t<T> and the gradient
+// stored as T.
 #include <cstdint>
+#include <type_traits>
 
 #include <Kokkos_Core.hpp>
+
+#include "kshard/numeric/compute.hpp"
 
 namespace kshard {
 
 /// mean over all n elements of (pred - target)^2; dpred = 2 (pred - target) / n.
-template <class T>
-double mse_loss(Kokkos::View<const T*> pred, Kokkos::View<const T*> target,
+/// The target is T or (for 16-bit T) float.
+template <class T, class U = T>
+double mse_loss(Kokkos::View<const T*> pred,
+                typename std::common_type<Kokkos::View<const U*>>::type target,  // U not deduced
                 Kokkos::View<T*> dpred, double grad_scale = 1.0);
 
 /// Softmax cross-entropy over logits [rows, vocab] (row-major) with one
@@ -23,7 +31,8 @@ double mse_loss(Kokkos::View<const T*> pred, Kokkos::View<const T*> target,
 /// negative target, e.g. -100 as in PyTorch, marks a padding row: no loss, zero
 /// gradient). Targets >= vocab throw kshard::Error. Target types: int32,
 /// int64, or T (token ids stored like Embedding's input).
-/// dlogits = (softmax(logits) - onehot(target)) / counted_rows.
+/// dlogits = (softmax(logits) - onehot(target)) / counted_rows. dlogits may
+/// be logits itself (in place: no second logits-sized buffer).
 template <class T, class Target>
 double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
                           Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,

@@ -2,16 +2,19 @@
 // Recipe: the mixed-precision policy of a sharded model (FSDP2's
 // MixedPrecisionPolicy; TransformerEngine's FSDP2 tests call this axis "recipe").
 //
-//   name   all-gather / compute-input dtype   reduce dtype   loss scaling
-//   fp32   f32                                f32            no
-//   bf16   bf16                               f32            no
-//   fp16   f16                                f16            dynamic
-//   fp8    e4m3 + one f32 scale per 128-elt block  f32      no
+//   name   all-gather dtype                        compute dtype  reduce dtype  loss scaling
+//   fp32   f32                                     f32            f32           no
+//   bf16   bf16                                    bf16           f32           no
+//   fp16   f16                                     f16            f16           dynamic
+//   fp8    e4m3 + one f32 scale per 128-elt block  bf16           f32           no
 //
 // Master weights, optimizer state and the sharded gradient are always f32.
-// Layers compute in f32 on the all-gathered values (upcast, or dequantized
-// for fp8), so each recipe rounds the parameters exactly where a real
-// low-precision all-gather does. fp8_init (the other axis of those tests):
+// The compute dtype is FSDP2's param_dtype: layers run in it (parameters and
+// activations stored in it, GEMMs on tensor cores with f32 accumulation,
+// statistics in f32). For bf16/fp16 the all-gathered buffer IS the compute
+// parameters (no upcast copy); fp8 dequantizes its gather into bf16. Layers
+// write parameter gradients in f32 (the GEMMs' accumulators), which are
+// reduce-scattered in the reduce dtype. fp8_init (the other axis of those tests):
 // the sharded parameter itself is kept as fp8 + scales between steps
 // (re-quantized after each optimizer step) and the all-gather sends those
 // bytes as they are; only meaningful for the fp8 recipe.
@@ -24,6 +27,7 @@ namespace kshard {
 struct Recipe {
   std::string name = "fp32";
   DType gather_dtype = DType::f32;
+  DType compute_dtype = DType::f32;
   DType reduce_dtype = DType::f32;
   bool loss_scaling = false;
   bool fp8_init = false;

@@ -5,7 +5,7 @@
 //   kshard::ShardedGroup g("layers.0", layer.param_specs(), mesh, recipe);
 //   g.init_parameters(seed);           // each rank fills only its shard
 //   g.unshard();                       // ONE all-gather into a contiguous buffer
-//   layer.forward(x, s, g.params(), y);      // params: Views into that buffer
+//   layer.forward(x, s, g.params<T>(), y);   // T: the recipe's compute dtype
 //   g.reshard();                       // free it
 //   ...
 //   g.unshard();
@@ -17,10 +17,15 @@
 // parameter, updated by the optimizer), the f32 gradient shard, and, per
 // recipe, the low-precision shard the all-gather sends (bf16/f16 copy written
 // by the optimizer's kernel, or fp8 + block scales with fp8_init). While
-// unsharded it also holds the gathered buffer (f32 Views into it, or an f32
-// compute buffer upcast/dequantized from it) and, during backward, the f32
-// unsharded gradient buffer. HSDP (2-D mesh): gradients are reduce-scattered
-// over the shard dimension, then all-reduced (avg) over the replicate one.
+// unsharded it also holds the compute buffer in the recipe's compute dtype:
+// for fp32/bf16/fp16 the all-gather writes it directly (the parameters are
+// Views into it, no upcast copy); fp8 gathers its packed bytes and
+// dequantizes them into a bf16 compute buffer. During backward it holds the
+// f32 unsharded gradient buffer (layers write f32 gradients). All of these
+// unsharded buffers come from the buffer pool (kshard/mesh/buffer_pool.hpp),
+// so a steady-state step allocates no device memory. HSDP (2-D mesh):
+// gradients are reduce-scattered over the shard dimension, then all-reduced
+// (avg) over the replicate one.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +35,7 @@
 #include "kshard/engine/cast.hpp"
 #include "kshard/engine/param_index.hpp"
 #include "kshard/engine/recipe.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
 #include "kshard/mesh/device_mesh.hpp"
 
 namespace kshard {
@@ -79,17 +85,22 @@ class ShardedGroup {
   }
   bool unshard_pending() const noexcept { return gather_req_.pending() || gather_started_; }
   bool is_unsharded() const noexcept { return unsharded_; }
-  /// Full parameters (Views of the f32 compute buffer), valid while unsharded.
-  const std::vector<Kokkos::View<const float*>>& params() const;
-  /// The whole gathered f32 buffer (padded), valid while unsharded.
-  Kokkos::View<const float*> flat_params() const;
+  /// Full parameters (Views of the compute buffer) in the compute dtype T
+  /// (recipe().compute_dtype; else kshard::Error), valid while unsharded.
+  template <class T>
+  std::vector<Kokkos::View<const T*>> params() const;
+  /// The whole compute buffer (padded) in the compute dtype, while unsharded.
+  template <class T>
+  Kokkos::View<const T*> flat_params() const;
+  /// The compute buffer upcast to f32 (a copy; tests and export).
+  Kokkos::View<float*> flat_params_f32() const;
   void reshard();
 
   // ---- gradients ----
-  /// Full-size f32 gradient Views (allocated and zeroed on first use; kept
+  /// Full-size f32 gradient Views (acquired and zeroed on first use; kept
   /// across backward passes until reduced, so no_sync micro-batches accumulate).
   const std::vector<Kokkos::View<float*>>& unsharded_grads();
-  bool has_unsharded_grads() const noexcept { return grad_full_.data() != nullptr; }
+  bool has_unsharded_grads() const noexcept { return bool(grad_full_); }
   void start_reduce_grads();
   void finish_reduce_grads();
   void reduce_grads() {
@@ -108,12 +119,14 @@ class ShardedGroup {
 
   /// Bytes held between steps (master, grad, low-precision shard) on this rank.
   std::size_t persistent_bytes() const noexcept;
-  /// Bytes of one unsharded copy (gather + compute buffers) of this group.
+  /// Bytes of one unsharded copy (gather + compute buffers) of this group,
+  /// without the unsharded gradient (4 B per padded element).
   std::size_t unsharded_bytes() const noexcept;
 
  private:
-  void fp8_pack(Kokkos::View<std::uint8_t*> packed) const;
+  void fp8_pack(std::uint8_t* packed) const;
   std::size_t fp8_segment_bytes() const noexcept;
+  void check_compute_type(DType t, const char* what) const;
 
   std::string name_;
   Recipe recipe_;
@@ -124,19 +137,18 @@ class ShardedGroup {
   Kokkos::View<float*> master_, grad_;
   Kokkos::View<std::uint8_t*> lp_shard_;  // bf16/f16 copy, or packed fp8 (fp8_init)
 
-  // Unsharded state.
-  Kokkos::View<std::uint8_t*> send_tmp_;  // fp8 without fp8_init: packed quantized shard
-  Kokkos::View<std::uint8_t*> gathered_;  // bytes of the gathered buffer (non-f32 recipes)
-  Kokkos::View<float*> full_;             // f32 full parameters
-  std::vector<Kokkos::View<const float*>> param_views_;
+  // Unsharded state (pool blocks).
+  memory::Block send_tmp_;  // fp8 without fp8_init: packed quantized shard
+  memory::Block gathered_;  // fp8: the gathered packed bytes
+  memory::Block compute_;   // the full parameters in the compute dtype
   Request gather_req_;
   bool gather_started_ = false;
   bool unsharded_ = false;
 
   // Gradient reduction.
-  Kokkos::View<float*> grad_full_;
+  memory::Block grad_full_;  // f32 unsharded gradient
   std::vector<Kokkos::View<float*>> grad_views_;
-  Kokkos::View<std::uint8_t*> rs_send_, rs_recv_;
+  memory::Block rs_send_, rs_recv_;
   Request reduce_req_;
   bool reduce_started_ = false;
   GradShardStats grad_stats_;

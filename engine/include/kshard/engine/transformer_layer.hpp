@@ -22,7 +22,7 @@ template <class T>
 class TransformerLayer final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
-  using typename Layer<T>::Views;
+  using typename Layer<T>::GradViews;
 
   TransformerLayer(std::int64_t d_model, std::int64_t heads, std::int64_t d_ff,
                    double eps = 1e-5);
@@ -36,7 +36,7 @@ class TransformerLayer final : public Layer<T> {
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
-  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const Views& grads,
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
 
@@ -50,11 +50,10 @@ class TransformerLayer final : public Layer<T> {
   Kokkos::View<T*> h1_;   // LN1 output [rows, d]
   Kokkos::View<T*> a_;    // attention output [rows, d]
   Kokkos::View<T*> x1_;   // after the first residual [rows, d]
-  Kokkos::View<T*> dx1_;  // backward: dL/dx1
-  Kokkos::View<T*> dh_;   // backward: dL/dh1
 };
 
-extern template class TransformerLayer<float>;
-extern template class TransformerLayer<double>;
+#define KSHARD_EXTERN_LAYER(T) extern template class TransformerLayer<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
 
 }  // namespace kshard

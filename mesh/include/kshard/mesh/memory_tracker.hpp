@@ -10,8 +10,10 @@
 //   auto s = kshard::memory::stats();          // s.peak_bytes, s.live_bytes
 //
 // Allocations whose label starts with "kshard.cache:" (communicator staging
-// buffers) or "Kokkos::" (Kokkos' internal scratch) are long-lived caches and
-// are counted separately.
+// buffers, the buffer pool's blocks) or "Kokkos::" (Kokkos' internal scratch)
+// are long-lived caches and are counted separately. A pool block handed out
+// counts as live under its user's label while in use (note_acquire /
+// note_release), so leaks and peaks see pooled memory like any View.
 #include <cstdint>
 #include <string>
 
@@ -29,6 +31,9 @@ void install();
 bool installed() noexcept;
 Stats stats() noexcept;
 void reset_peak() noexcept;
+/// A cached block handed out / given back (buffer_pool.hpp calls these).
+void note_acquire(const char* label, const void* ptr, std::uint64_t size);
+void note_release(const void* ptr, std::uint64_t size);
 /// Number of allocations made so far (a clock for live_labels_since).
 std::uint64_t allocation_count() noexcept;
 /// "'label' 4000 B, ..." of live non-cache allocations made after allocation `since`.

@@ -54,3 +54,7 @@ KOKKOS_INLINE_FUNCTION T from_accum(accum_t<T> v) {
 }
 
 }  // namespace kshard
+
+/// Applies M to every compute type, for explicit instantiations:
+///   KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_MY_INSTANTIATE)   // inside namespace kshard
+#define KSHARD_FOR_EACH_COMPUTE_TYPE(M) M(float) M(double) M(bfloat16_t) M(float16_t)
