@@ -186,11 +186,9 @@ void run(const Size& s, const char* type, int reps, int warmup, bool unfused) {
                 what, tf * 1e3, fwd_flop / tf * 1e-12, tb * 1e3, bwd_flop / tb * 1e-12,
                 (tf + tb) * 1e3, (fwd_flop + bwd_flop) / (tf + tb) * 1e-12);
   };
-  std::printf("(batch %lld, seq %lld, d %lld, heads %lld, hd %lld) %s%s\n", (long long)s.batch,
+  std::printf("(batch %lld, seq %lld, d %lld, heads %lld, hd %lld) %s (%s)\n", (long long)s.batch,
               (long long)s.seq, (long long)d, (long long)s.heads, (long long)hd, type,
-              kshard::detail::flash_attention_uses_tensor_cores<T>(args)
-                  ? " (tensor cores)"
-                  : " (portable kernel)");
+              kshard::detail::flash_attention_path<T>(args));
   const double tf = median(ff), tb = median(fb);
   line((std::string("fused ") + type).c_str(), tf, tb);
   if (unfused) {

@@ -38,49 +38,28 @@ template <class A>
 KOKKOS_INLINE_FUNCTION void tile_mm(const Member& team, int m, int n, int k, A alpha, const A* a,
                                     int a_rs, int a_cs, const A* b, int ldb, A* c, int ldc,
                                     bool accumulate) {
-#if defined(__CUDA_ARCH__)
-  // GPU: one vector lane per output, the sum in a register.
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m), [&](const int i) {
+#if defined(__CUDA_ARCH__)
+    // GPU: one vector lane per output, the sum in a register.
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](const int j) {
       A s = 0;
       for (int l = 0; l < k; ++l) s += a[i * a_rs + l * a_cs] * b[l * ldb + j];
       c[i * ldc + j] = accumulate ? c[i * ldc + j] + alpha * s : alpha * s;
     });
-  });
 #else
-  // Host: a register block of R rows x J columns of C, updated by rank-1
-  // steps over l, so the innermost loop runs over contiguous j of B (the
-  // compiler vectorises it; a dot product over l would be a serial
-  // floating-point reduction) and each loaded row of B serves R rows of C.
-  // J * R accumulators fill the 16 SSE registers of a baseline x86-64 build.
-  constexpr int R = 4, J = 64 / static_cast<int>(sizeof(A));
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (m + R - 1) / R), [&](const int ib) {
-    const int i0 = ib * R, nr = m - i0 < R ? m - i0 : R;
-    for (int j0 = 0; j0 < n; j0 += J) {
-      const int nj = n - j0 < J ? n - j0 : J;
-      A acc[R][J] = {};
-      if (nr == R && nj == J) {
-        for (int l = 0; l < k; ++l) {
-          const A* bl = b + l * ldb + j0;
-          A ar[R];
-          for (int r = 0; r < R; ++r) ar[r] = a[(i0 + r) * a_rs + l * a_cs];
-          for (int r = 0; r < R; ++r)
-            for (int j = 0; j < J; ++j) acc[r][j] += ar[r] * bl[j];
-        }
-      } else {
-        for (int l = 0; l < k; ++l)
-          for (int r = 0; r < nr; ++r) {
-            const A ar = a[(i0 + r) * a_rs + l * a_cs];
-            for (int j = 0; j < nj; ++j) acc[r][j] += ar * b[l * ldb + j0 + j];
-          }
-      }
-      for (int r = 0; r < nr; ++r) {
-        A* cr = c + (i0 + r) * ldc + j0;
-        for (int j = 0; j < nj; ++j) cr[j] = accumulate ? cr[j] + alpha * acc[r][j] : alpha * acc[r][j];
-      }
+    // Host: row-update form, so the innermost loop runs over contiguous j in
+    // B and C and the compiler vectorises it (a dot product over l would be
+    // a serial floating-point reduction).
+    A* ci = c + i * ldc;
+    if (!accumulate)
+      for (int j = 0; j < n; ++j) ci[j] = A(0);
+    for (int l = 0; l < k; ++l) {
+      const A av = alpha * a[i * a_rs + l * a_cs];
+      const A* bl = b + l * ldb;
+      for (int j = 0; j < n; ++j) ci[j] += av * bl[j];
     }
-  });
 #endif
+  });
 }
 
 // Tile rows [r0, r0+rows) x hd columns of one head's q/k/v/ctx block (row

@@ -678,8 +678,8 @@ void backward_tc(const FlashArgs<T>& a) {
 }  // namespace
 
 template <class T>
-bool flash_attention_uses_tensor_cores(const FlashArgs<T>& a) {
-  return tensor_core_path(a);
+const char* flash_attention_path(const FlashArgs<T>& a) {
+  return tensor_core_path(a) ? "tensor cores" : "portable kernel";
 }
 
 template <class T>
@@ -713,7 +713,7 @@ void flash_attention_backward_backend(const FlashArgs<T>& a) {
 #define KSHARD_FLASH_CUDA_INSTANTIATE(T)                                      \
   template void flash_attention_forward_backend<T>(const FlashArgs<T>&);      \
   template void flash_attention_backward_backend<T>(const FlashArgs<T>&);     \
-  template bool flash_attention_uses_tensor_cores<T>(const FlashArgs<T>&);
+  template const char* flash_attention_path<T>(const FlashArgs<T>&);
 KSHARD_FLASH_CUDA_INSTANTIATE(float)
 KSHARD_FLASH_CUDA_INSTANTIATE(double)
 KSHARD_FLASH_CUDA_INSTANTIATE(bfloat16_t)

@@ -28,11 +28,12 @@
 //   kshard::flash_attention_backward<T>(qkv, ctx, dctx, lse, dqkv, batch, seq, d, heads,
 //                                       delta);
 //
-// Backends: the portable Kokkos kernel (blocked, one team per (batch, head,
-// tile)) runs everywhere; CUDA builds run bfloat16_t/float16_t with head dims
-// 64 and 128 on tensor cores (mma.sync, engine/src/cuda/) and everything else
-// on the portable kernel. Kernels run on the default execution space instance
-// (on CUDA its stream) and are not fenced: order with Kokkos as usual.
+// Backends: CUDA builds run bfloat16_t/float16_t with head dims 64 and 128 on
+// tensor cores (mma.sync, engine/src/cuda/) and everything else on the
+// portable Kokkos kernel (blocked, one team per (batch, head, tile)); host
+// builds run query blocks of 64 rows through the BLAS (engine/src/host/).
+// Kernels run on the default execution space instance (on CUDA its stream)
+// and are not fenced: order with Kokkos as usual.
 #include <cstdint>
 
 #include <Kokkos_Core.hpp>
@@ -82,7 +83,7 @@ struct FlashArgs {
   std::int64_t head_dim() const { return d / heads; }
 };
 
-// Backend entry points: engine/src/host/ (portable kernel) or engine/src/cuda/
+// Backend entry points: engine/src/host/ (blocked GEMM) or engine/src/cuda/
 // (tensor cores for the 16-bit types at head dims 64/128, else portable).
 template <class T>
 void flash_attention_forward_backend(const FlashArgs<T>& a);
@@ -90,15 +91,16 @@ template <class T>
 void flash_attention_backward_backend(const FlashArgs<T>& a);
 
 // The portable Kokkos kernels (engine/src/flash_attention.cpp), callable on
-// every build so that the GPU tests can compare both paths.
+// every build so that the tests check them wherever the backend differs.
 template <class T>
 void flash_attention_forward_portable(const FlashArgs<T>& a);
 template <class T>
 void flash_attention_backward_portable(const FlashArgs<T>& a);
 
-/// True when the CUDA build runs these arguments on tensor cores (false on host).
+/// Which implementation the backend runs for these arguments: "tensor cores",
+/// "portable kernel" (CUDA builds) or "host blocked GEMM" (host builds).
 template <class T>
-bool flash_attention_uses_tensor_cores(const FlashArgs<T>& a);
+const char* flash_attention_path(const FlashArgs<T>& a);
 
 }  // namespace detail
 
