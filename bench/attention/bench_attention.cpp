@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <Kokkos_Core.hpp>
+#include <Kokkos_Random.hpp>
 
 #include <kshard/engine/attention.hpp>
 #include <kshard/engine/flash_attention.hpp>
@@ -63,30 +64,24 @@ double time_once(F&& f) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-/// x = hash(i) in [-scale, scale] rounded to T; f (if not empty) = the same
-/// rounded value in float, so the float reference sees identical inputs.
+/// f uniform in [-scale, scale], then x = f rounded to T and f = that rounded
+/// value again, so the float reference sees exactly the fused run's inputs.
 template <class T>
-struct Fill {
+struct Round {
   Kokkos::View<T*> x;
   Kokkos::View<float*> f;
-  std::uint32_t seed;
-  float scale;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    std::uint32_t h = std::uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float v = scale * (float(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
-    x(i) = kshard::from_accum<T>(static_cast<kshard::accum_t<T>>(v));
-    if (f.extent(0) > 0) f(i) = static_cast<float>(kshard::to_accum(x(i)));
+    x(i) = kshard::from_accum<T>(static_cast<kshard::accum_t<T>>(f(i)));
+    f(i) = static_cast<float>(kshard::to_accum(x(i)));
   }
 };
 
 template <class T>
-void fill(const Kokkos::View<T*>& x, const Kokkos::View<float*>& f, std::uint32_t seed,
+void fill(const Kokkos::View<T*>& x, const Kokkos::View<float*>& f, std::uint64_t seed,
           float scale) {
-  Kokkos::parallel_for("bench.fill", Index(0, std::int64_t(x.extent(0))),
-                       Fill<T>{x, f, seed, scale});
+  Kokkos::Random_XorShift64_Pool<> pool(seed);
+  Kokkos::fill_random(f, pool, -scale, scale);
+  Kokkos::parallel_for("bench.round", Index(0, std::int64_t(x.extent(0))), Round<T>{x, f});
 }
 
 /// (max |a - b|, max |b|) over all elements.
@@ -126,12 +121,11 @@ void run(const Size& s, const char* type, int reps, int warmup, bool unfused) {
   Kokkos::View<T*> qkv(alloc("bench.qkv"), nq), ctx(alloc("bench.ctx"), nc);
   Kokkos::View<T*> dctx(alloc("bench.dctx"), nc), dqkv(alloc("bench.dqkv"), nq);
   Kokkos::View<A*> lse(alloc("bench.lse"), rows), delta(alloc("bench.delta"), rows);
-  // Float copies of the inputs and the unfused buffers (only when compared).
-  Kokkos::View<float*> qkv_f, ctx_f, dctx_f, dqkv_f, prob_f, dprob_f;
+  // Float copies of the inputs (the reference's inputs) and the unfused buffers.
+  Kokkos::View<float*> qkv_f(alloc("bench.qkv_f"), nq), dctx_f(alloc("bench.dctx_f"), nc);
+  Kokkos::View<float*> ctx_f, dqkv_f, prob_f, dprob_f;
   if (unfused) {
     const auto np = static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq);
-    qkv_f = Kokkos::View<float*>(alloc("bench.qkv_f"), nq);
-    dctx_f = Kokkos::View<float*>(alloc("bench.dctx_f"), nc);
     ctx_f = Kokkos::View<float*>(alloc("bench.ctx_f"), nc);
     dqkv_f = Kokkos::View<float*>(alloc("bench.dqkv_f"), nq);
     prob_f = Kokkos::View<float*>(alloc("bench.prob_f"), np);

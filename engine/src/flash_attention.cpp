@@ -119,13 +119,14 @@ Tiles choose_tiles(std::int64_t hd, int tiles_hd, int tiles_tt, int vecs, std::s
   return g;
 }
 
-Policy make_policy(std::int64_t league, const Tiles& g, const char* who) {
+template <class... Tag>
+Kokkos::TeamPolicy<Tag...> make_policy(std::int64_t league, const Tiles& g, const char* who) {
   if (league > std::numeric_limits<int>::max())
     throw Error(std::string(who) + ": " + std::to_string(league) + " teams",
                 "batch * heads * tiles <= 2^31 - 1");
   // Vector lanes over tile columns on GPUs (a warp per row), one on host.
   const int vlen = kHostKernel ? 1 : Policy::vector_length_max();
-  return Policy(static_cast<int>(league), Kokkos::AUTO, vlen)
+  return Kokkos::TeamPolicy<Tag...>(static_cast<int>(league), Kokkos::AUTO, vlen)
       .set_scratch_size(g.level, Kokkos::PerTeam(g.bytes));
 }
 
@@ -264,8 +265,11 @@ KOKKOS_INLINE_FUNCTION void probs_and_dscores(const Member& team, A* p, A* ds, i
   });
 }
 
+struct KeyPass {};    // work tag: dK, dV for one (batch, head, key tile)
+struct QueryPass {};  // work tag: dQ for one (batch, head, query tile)
+
 template <class T>
-struct KeyTileKernel {  // dK, dV for one (batch, head, key tile)
+struct BackwardKernel {
   using A = accum_t<T>;
   const T* qkv;
   const T* dctx;
@@ -277,76 +281,74 @@ struct KeyTileKernel {  // dK, dV for one (batch, head, key tile)
   std::size_t bytes;
   A scale;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const int tile = team.league_rank() % ntiles;
-    const std::int64_t bh = team.league_rank() / ntiles;
-    const std::int64_t b = bh / heads, h = bh % heads, ld = 3 * d;
-    const std::int64_t k0 = std::int64_t(tile) * bc;
+  struct Where {
+    std::int64_t bh, b, h;
+    const T* head;  // q columns of this (batch, head), token 0
+    const T* dout;  // dO of this (batch, head), token 0
+  };
+  KOKKOS_INLINE_FUNCTION Where where(const Member& team) const {
+    const std::int64_t bh = team.league_rank() / ntiles, b = bh / heads, h = bh % heads;
+    return {bh, b, h, qkv + b * seq * 3 * d + h * hd, dctx + b * seq * d + h * hd};
+  }
+
+  // P and dS of query tile (q0, nq) against key tile (k0, nk), all operands
+  // already in scratch (qs, dos [br][hd]; kt, vt [hd][bc]); ends with a barrier.
+  KOKKOS_INLINE_FUNCTION void probs(const Member& team, const Where& w, const A* qs,
+                                    const A* dos, const A* kt, const A* vt, A* p, A* ds,
+                                    std::int64_t q0, int nq, std::int64_t k0, int nk) const {
+    tile_mm(team, br, bc, hd, scale, qs, hd, 1, kt, bc, p, bc, false);
+    tile_mm(team, br, bc, hd, A(1), dos, hd, 1, vt, bc, ds, bc, false);
+    team.team_barrier();
+    probs_and_dscores(team, p, ds, br, bc, q0, nq, k0, nk, lse + w.bh * seq,
+                      delta + w.bh * seq);
+    team.team_barrier();
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(KeyPass, const Member& team) const {
+    const Where w = where(team);
+    const std::int64_t ld = 3 * d, k0 = std::int64_t(team.league_rank() % ntiles) * bc;
     const int nk = static_cast<int>(seq - k0 < bc ? seq - k0 : bc);
-    const T* head = qkv + b * seq * ld + h * hd;
-    const T* dout = dctx + b * seq * d + h * hd;
 
     A* kt = static_cast<A*>(team.team_scratch(level).get_shmem(bytes));  // [hd][bc]
-    A* vt = kt + bc * hd;  // [hd][bc]
-    A* dk = vt + bc * hd;  // [bc][hd]
-    A* dv = dk + bc * hd;  // [bc][hd]
-    A* qs = dv + bc * hd;  // [br][hd]
-    A* dos = qs + br * hd; // [br][hd]
-    A* p = dos + br * hd;  // [br][bc]
-    A* ds = p + br * bc;   // [br][bc]
+    A* vt = kt + bc * hd;   // [hd][bc]
+    A* dk = vt + bc * hd;   // [bc][hd]
+    A* dv = dk + bc * hd;   // [bc][hd]
+    A* qs = dv + bc * hd;   // [br][hd]
+    A* dos = qs + br * hd;  // [br][hd]
+    A* p = dos + br * hd;   // [br][bc]
+    A* ds = p + br * bc;    // [br][bc]
 
-    load_tile(team, head + k0 * ld + d, ld, bc, nk, hd, kt, true);
-    load_tile(team, head + k0 * ld + 2 * d, ld, bc, nk, hd, vt, true);
+    load_tile(team, w.head + k0 * ld + d, ld, bc, nk, hd, kt, true);
+    load_tile(team, w.head + k0 * ld + 2 * d, ld, bc, nk, hd, vt, true);
     zero_tile(team, dk, 2 * bc * hd);  // dk and dv are adjacent
     team.team_barrier();
 
     // Queries before k0 see none of these keys.
     for (std::int64_t q0 = (k0 / br) * br; q0 < seq; q0 += br) {
       const int nq = static_cast<int>(seq - q0 < br ? seq - q0 : br);
-      load_tile(team, head + q0 * ld, ld, br, nq, hd, qs, false);
-      load_tile(team, dout + q0 * d, d, br, nq, hd, dos, false);
+      load_tile(team, w.head + q0 * ld, ld, br, nq, hd, qs, false);
+      load_tile(team, w.dout + q0 * d, d, br, nq, hd, dos, false);
       team.team_barrier();
-      tile_mm(team, br, bc, hd, scale, qs, hd, 1, kt, bc, p, bc, false);
-      tile_mm(team, br, bc, hd, A(1), dos, hd, 1, vt, bc, ds, bc, false);
-      team.team_barrier();
-      probs_and_dscores(team, p, ds, br, bc, q0, nq, k0, nk, lse + bh * seq, delta + bh * seq);
-      team.team_barrier();
+      probs(team, w, qs, dos, kt, vt, p, ds, q0, nq, k0, nk);
       tile_mm(team, bc, hd, br, A(1), p, 1, bc, dos, hd, dv, hd, true);   // dV += P^T dO
       tile_mm(team, bc, hd, br, scale, ds, 1, bc, qs, hd, dk, hd, true);  // dK += s dS^T Q
       team.team_barrier();
     }
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk), [&](const int j) {
-      T* row = dqkv + (b * seq + k0 + j) * ld + h * hd;
+      T* row = dqkv + (w.b * seq + k0 + j) * ld + w.h * hd;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, hd), [&](const int c) {
         row[d + c] = from_accum<T>(dk[j * hd + c]);
         row[2 * d + c] = from_accum<T>(dv[j * hd + c]);
       });
     });
   }
-};
 
-template <class T>
-struct QueryTileKernel {  // dQ for one (batch, head, query tile)
-  using A = accum_t<T>;
-  const T* qkv;
-  const T* dctx;
-  const A* lse;
-  const A* delta;
-  T* dqkv;
-  std::int64_t seq, d, heads;
-  int hd, br, bc, ntiles, level;
-  std::size_t bytes;
-  A scale;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+  KOKKOS_INLINE_FUNCTION void operator()(QueryPass, const Member& team) const {
+    const Where w = where(team);
     const int tile = ntiles - 1 - team.league_rank() % ntiles;  // longest rows first
-    const std::int64_t bh = team.league_rank() / ntiles;
-    const std::int64_t b = bh / heads, h = bh % heads, ld = 3 * d;
-    const std::int64_t q0 = std::int64_t(tile) * br;
+    const std::int64_t ld = 3 * d, q0 = std::int64_t(tile) * br;
     const int nq = static_cast<int>(seq - q0 < br ? seq - q0 : br);
-    const T* head = qkv + b * seq * ld + h * hd;
-    const T* dout = dctx + b * seq * d + h * hd;
 
     A* qs = static_cast<A*>(team.team_scratch(level).get_shmem(bytes));  // [br][hd]
     A* dos = qs + br * hd;  // [br][hd]
@@ -357,29 +359,25 @@ struct QueryTileKernel {  // dQ for one (batch, head, query tile)
     A* p = ks + bc * hd;    // [br][bc]
     A* ds = p + br * bc;    // [br][bc]
 
-    load_tile(team, head + q0 * ld, ld, br, nq, hd, qs, false);
-    load_tile(team, dout + q0 * d, d, br, nq, hd, dos, false);
+    load_tile(team, w.head + q0 * ld, ld, br, nq, hd, qs, false);
+    load_tile(team, w.dout + q0 * d, d, br, nq, hd, dos, false);
     zero_tile(team, dq, br * hd);
     team.team_barrier();
 
     const std::int64_t kend = q0 + nq;
     for (std::int64_t k0 = 0; k0 < kend; k0 += bc) {
       const int nk = static_cast<int>(kend - k0 < bc ? kend - k0 : bc);
-      load_tile(team, head + k0 * ld + d, ld, bc, nk, hd, kt, true);
-      load_tile(team, head + k0 * ld + 2 * d, ld, bc, nk, hd, vt, true);
-      load_tile(team, head + k0 * ld + d, ld, bc, nk, hd, ks, false);
+      load_tile(team, w.head + k0 * ld + d, ld, bc, nk, hd, kt, true);
+      load_tile(team, w.head + k0 * ld + 2 * d, ld, bc, nk, hd, vt, true);
+      load_tile(team, w.head + k0 * ld + d, ld, bc, nk, hd, ks, false);
       team.team_barrier();
-      tile_mm(team, br, bc, hd, scale, qs, hd, 1, kt, bc, p, bc, false);
-      tile_mm(team, br, bc, hd, A(1), dos, hd, 1, vt, bc, ds, bc, false);
-      team.team_barrier();
-      probs_and_dscores(team, p, ds, br, bc, q0, nq, k0, nk, lse + bh * seq, delta + bh * seq);
-      team.team_barrier();
+      probs(team, w, qs, dos, kt, vt, p, ds, q0, nq, k0, nk);
       tile_mm(team, br, hd, bc, scale, ds, bc, 1, ks, hd, dq, hd, true);  // dQ += s dS K
       team.team_barrier();
     }
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nq), [&](const int i) {
-      T* row = dqkv + (b * seq + q0 + i) * ld + h * hd;
+      T* row = dqkv + (w.b * seq + q0 + i) * ld + w.h * hd;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, hd),
                            [&](const int c) { row[c] = from_accum<T>(dq[i * hd + c]); });
     });
@@ -442,14 +440,12 @@ void flash_attention_backward_portable(const FlashArgs<T>& a) {
   const Tiles g = choose_tiles(hd, 6, 2, 0, sizeof(A));
   const int ntiles = tiles_of(a.seq, g.br);
   const std::int64_t league = a.batch * a.heads * ntiles;
-  KeyTileKernel<T> kk{a.qkv, a.dctx, a.lse_in, a.delta, a.out, a.seq, a.d, a.heads, hd,
-                      g.br,  g.bc,   ntiles,   g.level, g.bytes, scale};
+  const BackwardKernel<T> k{a.qkv, a.dctx, a.lse_in, a.delta, a.out, a.seq, a.d, a.heads, hd,
+                           g.br,  g.bc,   ntiles,   g.level, g.bytes, scale};
   Kokkos::parallel_for("kshard::flash_attention_backward_dkdv",
-                       make_policy(league, g, "flash_attention_backward"), kk);
-  QueryTileKernel<T> qk{a.qkv, a.dctx, a.lse_in, a.delta, a.out, a.seq, a.d, a.heads, hd,
-                        g.br,  g.bc,   ntiles,   g.level, g.bytes, scale};
+                       make_policy<KeyPass>(league, g, "flash_attention_backward"), k);
   Kokkos::parallel_for("kshard::flash_attention_backward_dq",
-                       make_policy(league, g, "flash_attention_backward"), qk);
+                       make_policy<QueryPass>(league, g, "flash_attention_backward"), k);
 }
 
 }  // namespace detail

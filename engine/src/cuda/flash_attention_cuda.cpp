@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "kshard/engine/flash_attention.hpp"
 #include "kshard/error.hpp"
@@ -80,46 +81,43 @@ __device__ __forceinline__ void ldsm_x4_trans(std::uint32_t (&r)[4], const void*
 // Per storage type: the MMA (D += A B, f32 accumulators), packing two floats
 // into one 32-bit A/B register (first element in the low half, RNE) and
 // widening one element.
+#define KSHARD_MMA_16816(TYPE)                                                          \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE                  \
+               ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
 template <class T>
-struct Tc;
+struct Tc {
+  static_assert(is_low_precision_v<T>, "tensor-core path: bfloat16_t or float16_t");
+  static constexpr bool bf16 = std::is_same_v<T, bfloat16_t>;
 
-template <>
-struct Tc<bfloat16_t> {
   __device__ __forceinline__ static void mma(float (&d)[4], const std::uint32_t (&a)[4],
                                              std::uint32_t b0, std::uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (bf16)
+      KSHARD_MMA_16816("bf16");
+    else
+      KSHARD_MMA_16816("f16");
   }
   __device__ __forceinline__ static std::uint32_t pack(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const std::uint32_t*>(&v);
+    std::uint32_t u;
+    if constexpr (bf16) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+      __builtin_memcpy(&u, &v, sizeof u);
+    } else {
+      const __half2 v = __floats2half2_rn(lo, hi);
+      __builtin_memcpy(&u, &v, sizeof u);
+    }
+    return u;
   }
   __device__ __forceinline__ static float widen(std::uint16_t x) {
-    return __uint_as_float(static_cast<unsigned>(x) << 16);
+    if constexpr (bf16)
+      return __uint_as_float(static_cast<unsigned>(x) << 16);
+    else
+      return __half2float(__ushort_as_half(x));
   }
 };
-
-template <>
-struct Tc<float16_t> {
-  __device__ __forceinline__ static void mma(float (&d)[4], const std::uint32_t (&a)[4],
-                                             std::uint32_t b0, std::uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  __device__ __forceinline__ static std::uint32_t pack(float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const std::uint32_t*>(&v);
-  }
-  __device__ __forceinline__ static float widen(std::uint16_t x) {
-    return __half2float(__ushort_as_half(x));
-  }
-};
+#undef KSHARD_MMA_16816
 
 // --- fragment helpers -------------------------------------------------------
 // Row/column of lane `l` in the mma.m16n8k16 fragments: g = l / 4, t = l % 4.
@@ -171,6 +169,105 @@ __device__ __forceinline__ void load_vec(float* dst, const float* src, int n, st
   for (int i = tid; i < n; i += kThreads) cp_async4(dst + i, i < valid ? src + i : src, i < valid);
 }
 
+/// Rows [k0, k0 + ROWS) of one head's K and V (head: its q columns of token 0).
+template <int ROWS, int HD>
+__device__ __forceinline__ void load_kv(std::uint16_t* sk, std::uint16_t* sv,
+                                        const std::uint16_t* head, std::int64_t k0,
+                                        std::int64_t d, std::int64_t seq, int tid) {
+  load_tile<ROWS, HD>(sk, head + k0 * 3 * d + d, 3 * d, seq - k0, tid);
+  load_tile<ROWS, HD>(sv, head + k0 * 3 * d + 2 * d, 3 * d, seq - k0, tid);
+}
+
+/// One step of the two-stage cp.async pipeline: issue the next tile's loads
+/// (if any) into the other buffer, then wait until this tile's have landed
+/// and every thread sees them.
+template <class Prefetch>
+__device__ __forceinline__ void pipeline_step(bool has_next, Prefetch&& prefetch) {
+  if (has_next) {
+    prefetch();
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+}
+
+/// x = A1 B1^T and y = A2 B2^T for the 16 rows row0.. of the [.][HD] smem
+/// tiles a1, a2 against the N rows of the [N][HD] smem tiles b1, b2: the two
+/// products (S and dP) both backward passes start with, in one loop over the
+/// head dim.
+template <class T, int HD, int N>
+__device__ __forceinline__ void two_products_nt(float (&x)[N / 8][4], float (&y)[N / 8][4],
+                                                const std::uint16_t* a1, const std::uint16_t* b1,
+                                                const std::uint16_t* a2, const std::uint16_t* b2,
+                                                int row0, int lane) {
+  constexpr int LD = HD + kPad;
+  zero(x);
+  zero(y);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    std::uint32_t fa1[4], fa2[4];
+    load_a(fa1, a1, LD, row0, kk * 16, lane);
+    load_a(fa2, a2, LD, row0, kk * 16, lane);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      std::uint32_t f1[4], f2[4];
+      load_b_nk(f1, b1, LD, np * 16, kk * 16, lane);
+      load_b_nk(f2, b2, LD, np * 16, kk * 16, lane);
+      Tc<T>::mma(x[2 * np], fa1, f1[0], f1[1]);
+      Tc<T>::mma(x[2 * np + 1], fa1, f1[2], f1[3]);
+      Tc<T>::mma(y[2 * np], fa2, f2[0], f2[1]);
+      Tc<T>::mma(y[2 * np + 1], fa2, f2[2], f2[3]);
+    }
+  }
+}
+
+/// acc (16 x HD) += a B, a the 16 x 16 A fragment of k-chunk k0..k0+15 and B
+/// rows k0..k0+15 of the [K][HD] smem tile b.
+template <class T, int HD>
+__device__ __forceinline__ void mma_rows_kn(float (&acc)[HD / 8][4], const std::uint32_t (&a)[4],
+                                            const std::uint16_t* b, int k0, int lane) {
+#pragma unroll
+  for (int np = 0; np < HD / 16; ++np) {
+    std::uint32_t f[4];
+    load_b_kn(f, b, HD + kPad, k0, np * 16, lane);
+    Tc<T>::mma(acc[2 * np], a, f[0], f[1]);
+    Tc<T>::mma(acc[2 * np + 1], a, f[2], f[3]);
+  }
+}
+
+/// This lane's part of accumulator row r (0: row g, 1: row g + 8) times mul,
+/// rounded, at out (the row's element 2t).
+template <class T, int HD>
+__device__ __forceinline__ void store_row(std::uint16_t* out, const float (&acc)[HD / 8][4],
+                                          int r, float mul) {
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n)
+    *reinterpret_cast<std::uint32_t*>(out + n * 8) =
+        Tc<T>::pack(acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul);
+}
+
+/// Where this thread is: its lane's coordinates in the mma fragments (g =
+/// lane / 4, t = lane % 4) and the (batch, head) of blockIdx.x.
+struct Place {
+  int tid, warp, lane, g, t;
+  std::int64_t bh, b, h;
+  __device__ __forceinline__ explicit Place(std::int64_t heads)
+      : tid(threadIdx.x), warp(tid / 32), lane(tid % 32), g(lane / 4), t(lane % 4),
+        bh(blockIdx.x), b(bh / heads), h(bh % heads) {}
+  /// Query tile of blockIdx.y, longest causal rows first (short blocks last).
+  __device__ __forceinline__ int longest_first() const {
+    return static_cast<int>(gridDim.y - 1 - blockIdx.y);
+  }
+};
+
 struct FwdParams {
   const std::uint16_t* qkv;
   std::uint16_t* ctx;
@@ -198,15 +295,15 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const FwdParams
   auto* sq = reinterpret_cast<std::uint16_t*>(flash_smem);
   std::uint16_t* sk = sq + BM * LD;      // [2][BN][LD]
   std::uint16_t* sv = sk + 2 * BN * LD;  // [2][BN][LD]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
-  const int qb = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
+  const Place at(p.heads);
+  const int tid = at.tid, warp = at.warp, lane = at.lane, g = at.g, t = at.t;
+  const std::int64_t bh = at.bh, b = at.b, h = at.h, ld = 3 * p.d;
+  const int qb = at.longest_first();
   const std::int64_t q0 = std::int64_t(qb) * BM;
   const std::uint16_t* head = p.qkv + b * p.seq * ld + h * HD;
 
   load_tile<BM, HD>(sq, head + q0 * ld, ld, p.seq - q0, tid);
-  load_tile<BN, HD>(sk, head + p.d, ld, p.seq, tid);
-  load_tile<BN, HD>(sv, head + 2 * p.d, ld, p.seq, tid);
+  load_kv<BN, HD>(sk, sv, head, 0, p.d, p.seq, tid);
   cp_async_commit();
 
   // Key tiles 0..qb: tile qb is the diagonal one (BM == BN, aligned), the only
@@ -215,22 +312,15 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const FwdParams
   const int nkb = qb + 1;
   std::uint32_t qf[HD / 16][4];
   float o[HD / 8][4];
-#pragma unroll
-  for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
   for (int kb = 0; kb < nkb; ++kb) {
     const int buf = kb & 1;
-    if (kb + 1 < nkb) {
-      const std::int64_t k1 = std::int64_t(kb + 1) * BN;
-      load_tile<BN, HD>(sk + (buf ^ 1) * BN * LD, head + k1 * ld + p.d, ld, p.seq - k1, tid);
-      load_tile<BN, HD>(sv + (buf ^ 1) * BN * LD, head + k1 * ld + 2 * p.d, ld, p.seq - k1, tid);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_step(kb + 1 < nkb, [&] {
+      load_kv<BN, HD>(sk + (buf ^ 1) * BN * LD, sv + (buf ^ 1) * BN * LD, head,
+                      std::int64_t(kb + 1) * BN, p.d, p.seq, tid);
+    });
     if (kb == 0) {
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) load_a(qf[kk], sq, LD, warp * 16, kk * 16, lane);
@@ -239,8 +329,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const FwdParams
     const std::uint16_t* vs = sv + buf * BN * LD;
 
     float s[BN / 8][4];
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    zero(s);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
 #pragma unroll
@@ -287,13 +376,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const FwdParams
     for (int kk = 0; kk < BN / 16; ++kk) {
       std::uint32_t a[4];
       acc_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int np = 0; np < HD / 16; ++np) {
-        std::uint32_t bf[4];
-        load_b_kn(bf, vs, LD, kk * 16, np * 16, lane);
-        Tc<T>::mma(o[2 * np], a, bf[0], bf[1]);
-        Tc<T>::mma(o[2 * np + 1], a, bf[2], bf[3]);
-      }
+      mma_rows_kn<T, HD>(o, a, vs, kk * 16, lane);
     }
     __syncthreads();  // the next iteration's prefetch overwrites this buffer
   }
@@ -305,12 +388,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const FwdParams
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const std::int64_t row = q0 + warp * 16 + g + r * 8;
     if (row < p.seq) {
-      const float inv = 1.f / sum;
-      std::uint16_t* out = p.ctx + (b * p.seq + row) * p.d + h * HD + 2 * t;
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n)
-        *reinterpret_cast<std::uint32_t*>(out + n * 8) =
-            Tc<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      store_row<T, HD>(p.ctx + (b * p.seq + row) * p.d + h * HD + 2 * t, o, r, 1.f / sum);
       if (t == 0) p.lse[bh * p.seq + row] = m[r] * p.scale + logf(sum);
     }
   }
@@ -359,16 +437,16 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const BwdParams p)
   std::uint16_t* sdo = sq + 2 * BM * LD;   // [2][BM][LD]
   auto* slse = reinterpret_cast<float*>(sdo + 2 * BM * LD);  // [2][BM]
   float* sdel = slse + 2 * BM;                                 // [2][BM]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
+  const Place at(p.heads);
+  const int tid = at.tid, warp = at.warp, lane = at.lane, g = at.g, t = at.t;
+  const std::int64_t bh = at.bh, b = at.b, h = at.h, ld = 3 * p.d;
   const std::int64_t k0 = std::int64_t(blockIdx.y) * BN;  // key tile 0 (most work) first
   const std::uint16_t* head = p.qkv + b * p.seq * ld + h * HD;
   const std::uint16_t* dhead = p.dout + b * p.seq * p.d + h * HD;
   const float* lse = p.lse + bh * p.seq;
   const float* del = p.delta + bh * p.seq;
 
-  load_tile<BN, HD>(sk, head + k0 * ld + p.d, ld, p.seq - k0, tid);
-  load_tile<BN, HD>(sv, head + k0 * ld + 2 * p.d, ld, p.seq - k0, tid);
+  load_kv<BN, HD>(sk, sv, head, k0, p.d, p.seq, tid);
   auto load_chunk = [&](int buf, std::int64_t qc) {
     load_tile<BM, HD>(sq + buf * BM * LD, head + qc * ld, ld, p.seq - qc, tid);
     load_tile<BM, HD>(sdo + buf * BM * LD, dhead + qc * p.d, p.d, p.seq - qc, tid);
@@ -379,24 +457,15 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const BwdParams p)
   cp_async_commit();
 
   float dk[HD / 8][4], dv[HD / 8][4];
-#pragma unroll
-  for (int n = 0; n < HD / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
+  zero(dk);
+  zero(dv);
   const std::int64_t key0 = k0 + warp * 16 + g;  // this lane's keys: key0, key0 + 8
   const int nchunks = static_cast<int>((p.seq - k0 + BM - 1) / BM);
 
   for (int c = 0; c < nchunks; ++c) {
     const int buf = c & 1;
     const std::int64_t qc = k0 + std::int64_t(c) * BM;
-    if (c + 1 < nchunks) {
-      load_chunk(buf ^ 1, qc + BM);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_step(c + 1 < nchunks, [&] { load_chunk(buf ^ 1, qc + BM); });
     const std::uint16_t* qs = sq + buf * BM * LD;
     const std::uint16_t* dos = sdo + buf * BM * LD;
     const float* ls = slse + buf * BM;
@@ -404,26 +473,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const BwdParams p)
 
     // S^T = K Q^T and dP^T = V dO^T: [16 keys of this warp] x [BM queries].
     float st[BM / 8][4], dpt[BM / 8][4];
-#pragma unroll
-    for (int n = 0; n < BM / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      std::uint32_t ka[4], va[4];
-      load_a(ka, sk, LD, warp * 16, kk * 16, lane);
-      load_a(va, sv, LD, warp * 16, kk * 16, lane);
-#pragma unroll
-      for (int np = 0; np < BM / 16; ++np) {
-        std::uint32_t qf[4], df[4];
-        load_b_nk(qf, qs, LD, np * 16, kk * 16, lane);
-        load_b_nk(df, dos, LD, np * 16, kk * 16, lane);
-        Tc<T>::mma(st[2 * np], ka, qf[0], qf[1]);
-        Tc<T>::mma(st[2 * np + 1], ka, qf[2], qf[3]);
-        Tc<T>::mma(dpt[2 * np], va, df[0], df[1]);
-        Tc<T>::mma(dpt[2 * np + 1], va, df[2], df[3]);
-      }
-    }
+    two_products_nt<T, HD, BM>(st, dpt, sk, qs, sv, dos, warp * 16, lane);
     // P^T = exp(scale s - lse), dS^T = P^T (dP^T - delta); masked where the
     // key comes after the query (diagonal chunks) or the query is padding.
     const bool edge = qc < k0 + BN || qc + BM > p.seq;
@@ -444,16 +494,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const BwdParams p)
       std::uint32_t pa[4], sa[4];
       acc_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
       acc_to_a<T>(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-      for (int np = 0; np < HD / 16; ++np) {
-        std::uint32_t df[4], qf[4];
-        load_b_kn(df, dos, LD, kk * 16, np * 16, lane);
-        Tc<T>::mma(dv[2 * np], pa, df[0], df[1]);
-        Tc<T>::mma(dv[2 * np + 1], pa, df[2], df[3]);
-        load_b_kn(qf, qs, LD, kk * 16, np * 16, lane);
-        Tc<T>::mma(dk[2 * np], sa, qf[0], qf[1]);
-        Tc<T>::mma(dk[2 * np + 1], sa, qf[2], qf[3]);
-      }
+      mma_rows_kn<T, HD>(dv, pa, dos, kk * 16, lane);
+      mma_rows_kn<T, HD>(dk, sa, qs, kk * 16, lane);
     }
     __syncthreads();
   }
@@ -463,13 +505,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const BwdParams p)
     const std::int64_t key = key0 + r * 8;
     if (key >= p.seq) continue;
     std::uint16_t* row = p.dqkv + (b * p.seq + key) * ld + h * HD + 2 * t;
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-      *reinterpret_cast<std::uint32_t*>(row + p.d + n * 8) =
-          Tc<T>::pack(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(row + 2 * p.d + n * 8) =
-          Tc<T>::pack(dv[n][2 * r], dv[n][2 * r + 1]);
-    }
+    store_row<T, HD>(row + p.d, dk, r, p.scale);
+    store_row<T, HD>(row + 2 * p.d, dv, r, 1.f);
   }
 }
 
@@ -480,16 +517,16 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(const BwdParams p) {
   std::uint16_t* sdo = sq + BM * LD;
   std::uint16_t* sk = sdo + BM * LD;     // [2][BN][LD]
   std::uint16_t* sv = sk + 2 * BN * LD;  // [2][BN][LD]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
-  const int qb = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
+  const Place at(p.heads);
+  const int tid = at.tid, warp = at.warp, lane = at.lane, g = at.g, t = at.t;
+  const std::int64_t bh = at.bh, b = at.b, h = at.h, ld = 3 * p.d;
+  const int qb = at.longest_first();
   const std::int64_t q0 = std::int64_t(qb) * BM;
   const std::uint16_t* head = p.qkv + b * p.seq * ld + h * HD;
 
   load_tile<BM, HD>(sq, head + q0 * ld, ld, p.seq - q0, tid);
   load_tile<BM, HD>(sdo, p.dout + (b * p.seq + q0) * p.d + h * HD, p.d, p.seq - q0, tid);
-  load_tile<BN, HD>(sk, head + p.d, ld, p.seq, tid);
-  load_tile<BN, HD>(sv, head + 2 * p.d, ld, p.seq, tid);
+  load_kv<BN, HD>(sk, sv, head, 0, p.d, p.seq, tid);
   cp_async_commit();
 
   float lse2[2], del[2];  // this lane's rows: row0, row0 + 8 (padding rows: 0)
@@ -501,48 +538,23 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(const BwdParams p) {
     del[r] = row < p.seq ? p.delta[bh * p.seq + row] : 0.f;
   }
   float dq[HD / 8][4];
-#pragma unroll
-  for (int n = 0; n < HD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+  zero(dq);
   const std::int64_t kend = q0 + BM < p.seq ? q0 + BM : p.seq;
   const int nchunks = static_cast<int>((kend + BN - 1) / BN);
 
   for (int c = 0; c < nchunks; ++c) {
     const int buf = c & 1;
     const std::int64_t kc = std::int64_t(c) * BN;
-    if (c + 1 < nchunks) {
-      const std::int64_t k1 = kc + BN;
-      load_tile<BN, HD>(sk + (buf ^ 1) * BN * LD, head + k1 * ld + p.d, ld, p.seq - k1, tid);
-      load_tile<BN, HD>(sv + (buf ^ 1) * BN * LD, head + k1 * ld + 2 * p.d, ld, p.seq - k1, tid);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_step(c + 1 < nchunks, [&] {
+      load_kv<BN, HD>(sk + (buf ^ 1) * BN * LD, sv + (buf ^ 1) * BN * LD, head, kc + BN, p.d,
+                      p.seq, tid);
+    });
     const std::uint16_t* ks = sk + buf * BN * LD;
     const std::uint16_t* vs = sv + buf * BN * LD;
 
+    // S = Q K^T and dP = dO V^T: [16 queries of this warp] x [BN keys].
     float s[BN / 8][4], dp[BN / 8][4];
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      std::uint32_t qa[4], da[4];
-      load_a(qa, sq, LD, warp * 16, kk * 16, lane);
-      load_a(da, sdo, LD, warp * 16, kk * 16, lane);
-#pragma unroll
-      for (int np = 0; np < BN / 16; ++np) {
-        std::uint32_t kf[4], vf[4];
-        load_b_nk(kf, ks, LD, np * 16, kk * 16, lane);
-        load_b_nk(vf, vs, LD, np * 16, kk * 16, lane);
-        Tc<T>::mma(s[2 * np], qa, kf[0], kf[1]);
-        Tc<T>::mma(s[2 * np + 1], qa, kf[2], kf[3]);
-        Tc<T>::mma(dp[2 * np], da, vf[0], vf[1]);
-        Tc<T>::mma(dp[2 * np + 1], da, vf[2], vf[3]);
-      }
-    }
+    two_products_nt<T, HD, BN>(s, dp, sq, ks, sdo, vs, warp * 16, lane);
     const bool diagonal = kc + BN > q0;
 #pragma unroll
     for (int n = 0; n < BN / 8; ++n)
@@ -555,16 +567,10 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(const BwdParams p) {
         dp[n][e] = pv * (dp[n][e] - del[r]);
       }
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
+    for (int kk = 0; kk < BN / 16; ++kk) {  // dQ += dS K
       std::uint32_t sa[4];
       acc_to_a<T>(sa, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-      for (int np = 0; np < HD / 16; ++np) {
-        std::uint32_t kf[4];
-        load_b_kn(kf, ks, LD, kk * 16, np * 16, lane);
-        Tc<T>::mma(dq[2 * np], sa, kf[0], kf[1]);
-        Tc<T>::mma(dq[2 * np + 1], sa, kf[2], kf[3]);
-      }
+      mma_rows_kn<T, HD>(dq, sa, ks, kk * 16, lane);
     }
     __syncthreads();
   }
@@ -572,12 +578,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(const BwdParams p) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const std::int64_t row = row0 + r * 8;
-    if (row >= p.seq) continue;
-    std::uint16_t* out = p.dqkv + (b * p.seq + row) * ld + h * HD + 2 * t;
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n)
-      *reinterpret_cast<std::uint32_t*>(out + n * 8) =
-          Tc<T>::pack(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
+    if (row < p.seq)
+      store_row<T, HD>(p.dqkv + (b * p.seq + row) * ld + h * HD + 2 * t, dq, r, p.scale);
   }
 }
 
@@ -675,6 +677,22 @@ void backward_tc(const FlashArgs<T>& a) {
   launch_tiles(flash_dq_kernel<T, HD>, "kshard flash_dq_kernel", grid, smem_q, p);
 }
 
+// Tensor cores where tensor_core_path says so (tc(args, integral_constant<hd>)),
+// else the portable kernel; tc is never instantiated for float/double.
+template <class T, class TensorCores>
+void dispatch(const FlashArgs<T>& a, TensorCores tc, void (*portable)(const FlashArgs<T>&)) {
+  if constexpr (is_low_precision_v<T>) {
+    if (tensor_core_path(a)) {
+      if (a.head_dim() == 64)
+        tc(a, std::integral_constant<int, 64>());
+      else
+        tc(a, std::integral_constant<int, 128>());
+      return;
+    }
+  }
+  portable(a);
+}
+
 }  // namespace
 
 template <class T>
@@ -684,30 +702,14 @@ const char* flash_attention_path(const FlashArgs<T>& a) {
 
 template <class T>
 void flash_attention_forward_backend(const FlashArgs<T>& a) {
-  if constexpr (is_low_precision_v<T>) {
-    if (tensor_core_path(a)) {
-      if (a.head_dim() == 64)
-        forward_tc<T, 64>(a);
-      else
-        forward_tc<T, 128>(a);
-      return;
-    }
-  }
-  flash_attention_forward_portable<T>(a);
+  dispatch(a, [](const auto& args, auto hd) { forward_tc<T, decltype(hd)::value>(args); },
+           flash_attention_forward_portable<T>);
 }
 
 template <class T>
 void flash_attention_backward_backend(const FlashArgs<T>& a) {
-  if constexpr (is_low_precision_v<T>) {
-    if (tensor_core_path(a)) {
-      if (a.head_dim() == 64)
-        backward_tc<T, 64>(a);
-      else
-        backward_tc<T, 128>(a);
-      return;
-    }
-  }
-  flash_attention_backward_portable<T>(a);
+  dispatch(a, [](const auto& args, auto hd) { backward_tc<T, decltype(hd)::value>(args); },
+           flash_attention_backward_portable<T>);
 }
 
 #define KSHARD_FLASH_CUDA_INSTANTIATE(T)                                      \

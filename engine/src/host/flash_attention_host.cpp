@@ -19,7 +19,6 @@
 #include <cmath>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "kshard/engine/flash_attention.hpp"
@@ -62,11 +61,19 @@ void narrow(const A* src, std::int64_t rows, std::int64_t hd, A mul, T* dst, std
     for (std::int64_t c = 0; c < hd; ++c) dst[r * ld + c] = from_accum<T>(mul * src[r * hd + c]);
 }
 
-/// One head's operand: the rows of T in place when T is the accumulation
-/// type, otherwise widened into `buf`. Returns the pointer and its row stride.
+/// One head's operand: rows of `rows` x hd elements and their row stride.
+template <class A>
+struct Operand {
+  const A* p;
+  std::int64_t ld;
+  const A* row(std::int64_t r) const { return p + r * ld; }
+};
+
+/// The rows of T in place when T is the accumulation type, otherwise widened
+/// into `buf`.
 template <class T, class A>
-std::pair<const A*, std::int64_t> operand(const T* src, std::int64_t ld, std::int64_t rows,
-                                          std::int64_t hd, std::vector<A>& buf) {
+Operand<A> operand(const T* src, std::int64_t ld, std::int64_t rows, std::int64_t hd,
+                   std::vector<A>& buf) {
   if constexpr (std::is_same_v<T, A>) {
     (void)rows;
     (void)hd;
@@ -79,6 +86,20 @@ std::pair<const A*, std::int64_t> operand(const T* src, std::int64_t ld, std::in
   }
 }
 
+template <class A>
+struct HeadQkv {
+  Operand<A> q, k, v;
+};
+
+/// q, k, v of (batch b, head h).
+template <class T, class A>
+HeadQkv<A> head_qkv(const FlashArgs<T>& a, std::int64_t b, std::int64_t h, Scratch<A>& w) {
+  const std::int64_t seq = a.seq, d = a.d, hd = a.head_dim(), ld = 3 * d;
+  const T* head = a.qkv + b * seq * ld + h * hd;
+  return {operand(head, ld, seq, hd, w.q), operand(head + d, ld, seq, hd, w.k),
+          operand(head + 2 * d, ld, seq, hd, w.v)};
+}
+
 template <class T>
 void forward_blocked(const FlashArgs<T>& a) {
   using A = accum_t<T>;
@@ -88,14 +109,12 @@ void forward_blocked(const FlashArgs<T>& a) {
   A* s = sized(w.s, kBlock * seq);
   for (std::int64_t b = 0; b < a.batch; ++b)
     for (std::int64_t h = 0; h < a.heads; ++h) {
-      const T* head = a.qkv + b * seq * ld + h * hd;
-      const auto [q, lq] = operand(head, ld, seq, hd, w.q);
-      const auto [k, lk] = operand(head + d, ld, seq, hd, w.k);
-      const auto [v, lv] = operand(head + 2 * d, ld, seq, hd, w.v);
+      const HeadQkv<A> x = head_qkv(a, b, h, w);
       A* lse = a.lse + (b * a.heads + h) * seq;
       for (std::int64_t q0 = 0; q0 < seq; q0 += kBlock) {
         const std::int64_t nq = std::min(kBlock, seq - q0), kend = q0 + nq;
-        gemm<A>(Trans::N, Trans::T, nq, kend, hd, scale, q + q0 * lq, lq, k, lk, A(0), s, kend);
+        gemm<A>(Trans::N, Trans::T, nq, kend, hd, scale, x.q.row(q0), x.q.ld, x.k.p, x.k.ld, A(0),
+                s, kend);
         for (std::int64_t i = 0; i < nq; ++i) {
           A* row = s + i * kend;
           const std::int64_t n = q0 + i + 1;  // keys 0..q0+i
@@ -113,10 +132,10 @@ void forward_blocked(const FlashArgs<T>& a) {
         }
         T* ctx = a.out + (b * seq + q0) * d + h * hd;
         if constexpr (std::is_same_v<T, A>) {
-          gemm<A>(Trans::N, Trans::N, nq, hd, kend, A(1), s, kend, v, lv, A(0), ctx, d);
+          gemm<A>(Trans::N, Trans::N, nq, hd, kend, A(1), s, kend, x.v.p, x.v.ld, A(0), ctx, d);
         } else {
           A* o = sized(w.out, kBlock * hd);
-          gemm<A>(Trans::N, Trans::N, nq, hd, kend, A(1), s, kend, v, lv, A(0), o, hd);
+          gemm<A>(Trans::N, Trans::N, nq, hd, kend, A(1), s, kend, x.v.p, x.v.ld, A(0), o, hd);
           narrow(o, nq, hd, A(1), ctx, d);
         }
       }
@@ -133,12 +152,9 @@ void backward_blocked(const FlashArgs<T>& a) {
   A* dp = sized(w.dp, kBlock * seq);
   for (std::int64_t b = 0; b < a.batch; ++b)
     for (std::int64_t h = 0; h < a.heads; ++h) {
-      const T* head = a.qkv + b * seq * ld + h * hd;
-      const auto [q, lq] = operand(head, ld, seq, hd, w.q);
-      const auto [k, lk] = operand(head + d, ld, seq, hd, w.k);
-      const auto [v, lv] = operand(head + 2 * d, ld, seq, hd, w.v);
-      const auto [dout, ldo] = operand(a.dctx + b * seq * d + h * hd, d, seq, hd, w.dout);
-      const auto [o, lo] = operand(a.ctx + b * seq * d + h * hd, d, seq, hd, w.o);
+      const HeadQkv<A> x = head_qkv(a, b, h, w);
+      const Operand<A> dout = operand(a.dctx + b * seq * d + h * hd, d, seq, hd, w.dout);
+      const Operand<A> o = operand(a.ctx + b * seq * d + h * hd, d, seq, hd, w.o);
       const A* lse = a.lse_in + (b * a.heads + h) * seq;
       A* delta = a.delta + (b * a.heads + h) * seq;
       A* dk = sized(w.dk, seq * hd);
@@ -147,13 +163,15 @@ void backward_blocked(const FlashArgs<T>& a) {
       T* dqkv = a.out + b * seq * ld + h * hd;
       for (std::int64_t q0 = 0; q0 < seq; q0 += kBlock) {
         const std::int64_t nq = std::min(kBlock, seq - q0), kend = q0 + nq;
-        const A* qb = q + q0 * lq;
-        const A* dob = dout + q0 * ldo;
-        gemm<A>(Trans::N, Trans::T, nq, kend, hd, scale, qb, lq, k, lk, A(0), s, kend);
-        gemm<A>(Trans::N, Trans::T, nq, kend, hd, A(1), dob, ldo, v, lv, A(0), dp, kend);
+        const A* qb = x.q.row(q0);
+        const A* dob = dout.row(q0);
+        const std::int64_t lq = x.q.ld, ldo = dout.ld;
+        gemm<A>(Trans::N, Trans::T, nq, kend, hd, scale, qb, lq, x.k.p, x.k.ld, A(0), s, kend);
+        gemm<A>(Trans::N, Trans::T, nq, kend, hd, A(1), dob, ldo, x.v.p, x.v.ld, A(0), dp, kend);
         for (std::int64_t i = 0; i < nq; ++i) {
           A dd = 0;
-          for (std::int64_t c = 0; c < hd; ++c) dd += dob[i * ldo + c] * o[(q0 + i) * lo + c];
+          const A* oi = o.row(q0 + i);
+          for (std::int64_t c = 0; c < hd; ++c) dd += dob[i * ldo + c] * oi[c];
           delta[q0 + i] = dd;
           const std::int64_t n = q0 + i + 1;
           A* p = s + i * kend;
@@ -167,11 +185,11 @@ void backward_blocked(const FlashArgs<T>& a) {
         gemm<A>(Trans::T, Trans::N, kend, hd, nq, A(1), s, kend, dob, ldo, A(1), dv, hd);
         gemm<A>(Trans::T, Trans::N, kend, hd, nq, scale, dp, kend, qb, lq, A(1), dk, hd);
         if constexpr (std::is_same_v<T, A>) {
-          gemm<A>(Trans::N, Trans::N, nq, hd, kend, scale, dp, kend, k, lk, A(0),
+          gemm<A>(Trans::N, Trans::N, nq, hd, kend, scale, dp, kend, x.k.p, x.k.ld, A(0),
                   dqkv + q0 * ld, ld);
         } else {
           A* dq = sized(w.out, kBlock * hd);
-          gemm<A>(Trans::N, Trans::N, nq, hd, kend, scale, dp, kend, k, lk, A(0), dq, hd);
+          gemm<A>(Trans::N, Trans::N, nq, hd, kend, scale, dp, kend, x.k.p, x.k.ld, A(0), dq, hd);
           narrow(dq, nq, hd, A(1), dqkv + q0 * ld, ld);
         }
       }
