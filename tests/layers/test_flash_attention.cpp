@@ -1,0 +1,336 @@
+// Fused causal attention (flash_attention_forward/backward) against the
+// unfused reference (detail::causal_attention_forward/backward in double) on
+// the same inputs: for the 16-bit types the reference gets the inputs already
+// rounded to that type, so only the kernel's own arithmetic is measured.
+//
+// Errors are max |fused - ref| / max |ref| per output (ctx, lse and each of the
+// dq, dk, dv parts), over sequence lengths on and off the tile size (the
+// portable kernel's host tiles are 64, the tensor-core tiles 64 and 32),
+// heads 1..16, head dims 8..128 (64 and 128 take the tensor-core path on the
+// GPU build), batch 1 and 3, and score amplitudes up to |s| ~ 12 (peaked
+// softmax rows, where a wrong running max or rescale shows).
+//
+// Tolerances (measured maxima over all cases and outputs in brackets):
+//  double 1e-12: the fused kernel sums in another order; every sum has <= 200
+//    terms of O(1), so differences are ~1e-14. [host: 3.5e-15]
+//  float 2e-5: the reference is double, so this is float's own error: u = 6e-8
+//    times the condition of the softmax and of sums of <= 200 terms.
+//    [host: 1.5e-6]
+//  bfloat16 1.5e-2, float16 3e-3: inputs and outputs are 16-bit, so every
+//    output carries one rounding (2^-9 = 2e-3 relative to the element for
+//    bf16, 2^-12 = 2.4e-4 for f16), and O (rounded) enters
+//    delta = rowsum(dO * O); on tensor cores P and dS are also rounded to 16
+//    bits before their products (as in every FlashAttention), a few roundings
+//    more per sum. [host, portable kernel, f32 inside: bf16 5.8e-3 (dk at
+//    amplitude 3), f16 5.1e-4; the tensor-core kernels run on the host under
+//    tests/layers/flash_cuda_emulation: bf16 4.0e-3, f16 5.1e-4]. A dropped
+//    rescale, a wrong mask or a mis-indexed tile gives >= 5e-2 (a dropped
+//    online-softmax rescale: 2.6).
+//
+// Every output element is poisoned with NaN first and must come back finite.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "kshard/compat/kokkos.hpp"
+#include "kshard/engine/attention.hpp"
+#include "kshard/engine/flash_attention.hpp"
+#include "kshard/error.hpp"
+#include "layer_test_util.hpp"
+
+using namespace kshard;
+using namespace kshard::test;
+
+namespace {
+
+struct Case {
+  std::int64_t batch, seq, heads, hd;
+  double amp;  // inputs uniform in [-amp, amp]
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  return os << "batch " << c.batch << " seq " << c.seq << " heads " << c.heads << " hd " << c.hd
+            << " amp " << c.amp;
+}
+
+// seq: 1 (a single key), 7, 64 (one host tile), 65 and 130 (a partial last
+// tile), 200 (several tiles of the tensor-core kernels, partial last one).
+const Case kCases[] = {
+    {1, 1, 1, 8, 1.0},    {2, 7, 3, 16, 1.0},  {1, 64, 2, 64, 1.0},  {3, 65, 4, 32, 1.0},
+    {1, 130, 16, 8, 1.0}, {2, 130, 2, 128, 1.0}, {1, 65, 16, 64, 2.0}, {1, 200, 1, 128, 1.0},
+    {2, 100, 4, 64, 3.0}, {1, 33, 1, 128, 3.0},
+};
+
+template <class T>
+double tolerance();
+template <>
+double tolerance<double>() { return 1e-12; }
+template <>
+double tolerance<float>() { return 2e-5; }
+template <>
+double tolerance<bfloat16_t>() { return 1.5e-2; }
+template <>
+double tolerance<float16_t>() { return 3e-3; }
+
+template <class T>
+T to_t(double v) {
+  if constexpr (is_low_precision_v<T>)
+    return from_float<T>(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
+}
+
+template <class T>
+double to_d(T v) {
+  return static_cast<double>(to_accum(v));
+}
+
+template <class T>
+Kokkos::View<T*> upload_t(const HostVec& v, const char* label) {
+  Kokkos::View<T*> d(std::string(label), v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = to_t<T>(v[i]);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+template <class T>
+HostVec download_t(const Kokkos::View<T*>& d) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
+  HostVec v(d.extent(0));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = to_d(h(i));
+  return v;
+}
+
+/// The values a View of T would hold (so the reference sees the same inputs).
+template <class T>
+HostVec rounded(HostVec v) {
+  for (auto& x : v) x = to_d(to_t<T>(x));
+  return v;
+}
+
+template <class T>
+Kokkos::View<T*> poisoned(std::size_t n, const char* label) {
+  Kokkos::View<T*> d(std::string(label), n);
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < n; ++i) h(i) = to_t<T>(std::numeric_limits<double>::quiet_NaN());
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+std::size_t count_nonfinite(const HostVec& v) {
+  std::size_t n = 0;
+  for (double x : v) n += std::isfinite(x) ? 0 : 1;
+  return n;
+}
+
+/// Columns [c0, c0+w) of every row of a row-major [rows, ld] matrix.
+HostVec columns(const HostVec& m, std::int64_t ld, std::int64_t c0, std::int64_t w) {
+  const std::int64_t rows = static_cast<std::int64_t>(m.size()) / ld;
+  HostVec out;
+  out.reserve(static_cast<std::size_t>(rows * w));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < w; ++c) out.push_back(m[r * ld + c0 + c]);
+  return out;
+}
+
+struct Reference {
+  HostVec ctx, lse, dqkv;
+};
+
+// The unfused kernels in double, plus lse computed directly on the host.
+Reference reference(const Case& c, const HostVec& qkv, const HostVec& dctx) {
+  const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
+  auto qkv_d = to_device<double>(qkv, "qkv");
+  Kokkos::View<double*> prob("prob", c.batch * c.heads * c.seq * c.seq);
+  Kokkos::View<double*> dprob("dprob", prob.extent(0));
+  Kokkos::View<double*> ctx("ctx", rows * d), dqkv("dqkv", rows * 3 * d);
+  detail::causal_attention_forward<double>(qkv_d, prob, ctx, c.batch, c.seq, d, c.heads);
+  detail::causal_attention_backward<double>(qkv_d, prob, to_device<double>(dctx, "dctx"), dprob,
+                                            dqkv, c.batch, c.seq, d, c.heads);
+  Reference r{to_host(ctx), HostVec(static_cast<std::size_t>(c.batch * c.heads * c.seq)),
+              to_host(dqkv)};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
+  HostVec s(static_cast<std::size_t>(c.seq));
+  for (std::int64_t b = 0; b < c.batch; ++b)
+    for (std::int64_t h = 0; h < c.heads; ++h)
+      for (std::int64_t i = 0; i < c.seq; ++i) {
+        const double* q = &qkv[(b * c.seq + i) * 3 * d + h * c.hd];
+        double mx = -std::numeric_limits<double>::infinity();
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const double* k = &qkv[(b * c.seq + j) * 3 * d + d + h * c.hd];
+          double dotp = 0;
+          for (std::int64_t e = 0; e < c.hd; ++e) dotp += q[e] * k[e];
+          s[j] = scale * dotp;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (std::int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
+        r.lse[(b * c.heads + h) * c.seq + i] = mx + std::log(sum);
+      }
+  return r;
+}
+
+struct Errors {
+  double ctx = 0, lse = 0, dq = 0, dk = 0, dv = 0;
+  double max() const { return std::max({ctx, lse, dq, dk, dv}); }
+};
+
+enum class Path { api, portable };
+
+// Runs the fused kernels of T on (qkv, dctx) through `path`, checks that every
+// output element was written and returns the errors against `ref`.
+template <class T>
+Errors run_fused(const Case& c, const HostVec& qkv, const HostVec& dctx, const Reference& ref,
+                 Path path) {
+  using A = accum_t<T>;
+  const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
+  const std::int64_t nrows = flash_attention_rows(c.batch, c.seq, c.heads);
+  auto qkv_t = upload_t<T>(qkv, "qkv");
+  auto dctx_t = upload_t<T>(dctx, "dctx");
+  auto ctx = poisoned<T>(static_cast<std::size_t>(rows * d), "ctx");
+  auto dqkv = poisoned<T>(static_cast<std::size_t>(rows * 3 * d), "dqkv");
+  auto lse = poisoned<A>(static_cast<std::size_t>(nrows), "lse");
+  auto delta = poisoned<A>(static_cast<std::size_t>(nrows), "delta");
+  if (path == Path::api) {
+    flash_attention_forward<T>(qkv_t, ctx, lse, c.batch, c.seq, d, c.heads);
+    flash_attention_backward<T>(qkv_t, ctx, dctx_t, lse, dqkv, c.batch, c.seq, d, c.heads,
+                                delta);
+  } else {
+    detail::FlashArgs<T> a;
+    a.batch = c.batch;
+    a.seq = c.seq;
+    a.d = d;
+    a.heads = c.heads;
+    a.qkv = qkv_t.data();
+    a.out = ctx.data();
+    a.lse = lse.data();
+    detail::flash_attention_forward_portable<T>(a);
+    a.ctx = ctx.data();
+    a.dctx = dctx_t.data();
+    a.lse_in = lse.data();
+    a.delta = delta.data();
+    a.out = dqkv.data();
+    detail::flash_attention_backward_portable<T>(a);
+  }
+  Kokkos::fence();
+  const HostVec ctx_h = download_t(ctx), lse_h = download_t(lse), dqkv_h = download_t(dqkv);
+  BOOST_TEST(count_nonfinite(ctx_h) == 0u);
+  BOOST_TEST(count_nonfinite(lse_h) == 0u);
+  BOOST_TEST(count_nonfinite(dqkv_h) == 0u);
+  Errors e;
+  e.ctx = rel_err(ctx_h, ref.ctx);
+  e.lse = rel_err(lse_h, ref.lse, 1.0);  // lse is O(log seq): absolute below 1
+  e.dq = rel_err(columns(dqkv_h, 3 * d, 0, d), columns(ref.dqkv, 3 * d, 0, d));
+  e.dk = rel_err(columns(dqkv_h, 3 * d, d, d), columns(ref.dqkv, 3 * d, d, d));
+  e.dv = rel_err(columns(dqkv_h, 3 * d, 2 * d, d), columns(ref.dqkv, 3 * d, 2 * d, d));
+  return e;
+}
+
+template <class T>
+void check_against_reference(const char* type_name) {
+  double worst = 0;
+  for (const Case& c : kCases) {
+    std::mt19937_64 rng(1000 + c.seq * 31 + c.heads * 7 + c.hd);
+    const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
+    const HostVec qkv = rounded<T>(random_vec(static_cast<std::size_t>(rows * 3 * d), rng,
+                                              -c.amp, c.amp));
+    const HostVec dctx = rounded<T>(random_vec(static_cast<std::size_t>(rows * d), rng));
+    const Reference ref = reference(c, qkv, dctx);
+    for (Path path : {Path::api, Path::portable}) {
+      // CUDA builds run float/double on the portable kernel: once is enough.
+      const bool host = compat::host_accessible_v<compat::DeviceSpace>;
+      if (path == Path::portable && !host && !is_low_precision_v<T>) continue;
+      BOOST_TEST_CONTEXT(type_name << " " << c
+                                   << (path == Path::api ? " (backend)" : " (portable)")) {
+        const Errors e = run_fused<T>(c, qkv, dctx, ref, path);
+        BOOST_TEST_MESSAGE(type_name << " " << c << (path == Path::api ? "" : " portable")
+                                     << ": ctx " << e.ctx << " lse " << e.lse << " dq " << e.dq
+                                     << " dk " << e.dk << " dv " << e.dv);
+        BOOST_TEST(e.ctx <= tolerance<T>());
+        BOOST_TEST(e.lse <= tolerance<T>());
+        BOOST_TEST(e.dq <= tolerance<T>());
+        BOOST_TEST(e.dk <= tolerance<T>());
+        BOOST_TEST(e.dv <= tolerance<T>());
+        worst = std::max(worst, e.max());
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE(type_name << " fused vs unfused: max error " << worst << " (tolerance "
+                               << tolerance<T>() << ")");
+}
+
+template <class T>
+HostVec backward_bits(const Case& c, const HostVec& qkv, const HostVec& dctx) {
+  using A = accum_t<T>;
+  const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
+  const std::int64_t nrows = flash_attention_rows(c.batch, c.seq, c.heads);
+  auto qkv_t = upload_t<T>(qkv, "qkv");
+  Kokkos::View<T*> ctx("ctx", rows * d), dqkv("dqkv", rows * 3 * d);
+  Kokkos::View<A*> lse("lse", nrows), delta("delta", nrows);
+  flash_attention_forward<T>(qkv_t, ctx, lse, c.batch, c.seq, d, c.heads);
+  flash_attention_backward<T>(qkv_t, ctx, upload_t<T>(dctx, "dctx"), lse, dqkv, c.batch, c.seq,
+                              d, c.heads, delta);
+  return download_t(dqkv);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(flash_attention)
+
+BOOST_AUTO_TEST_CASE(double_vs_unfused) { check_against_reference<double>("double"); }
+BOOST_AUTO_TEST_CASE(float_vs_unfused) { check_against_reference<float>("float"); }
+BOOST_AUTO_TEST_CASE(bfloat16_vs_unfused) { check_against_reference<bfloat16_t>("bf16"); }
+BOOST_AUTO_TEST_CASE(float16_vs_unfused) { check_against_reference<float16_t>("f16"); }
+
+// No atomics anywhere: two runs on the same inputs agree bit for bit.
+BOOST_AUTO_TEST_CASE(backward_is_deterministic) {
+  const Case c{2, 130, 4, 64, 1.0};
+  std::mt19937_64 rng(5);
+  const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
+  const HostVec qkv = random_vec(static_cast<std::size_t>(rows * 3 * d), rng);
+  const HostVec dctx = random_vec(static_cast<std::size_t>(rows * d), rng);
+  const HostVec a = backward_bits<bfloat16_t>(c, qkv, dctx);
+  const HostVec b = backward_bits<bfloat16_t>(c, qkv, dctx);
+  BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+  const HostVec fa = backward_bits<float>(c, qkv, dctx);
+  const HostVec fb = backward_bits<float>(c, qkv, dctx);
+  BOOST_TEST(std::memcmp(fa.data(), fb.data(), fa.size() * sizeof(double)) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_arguments_throw) {
+  const std::int64_t batch = 2, seq = 5, d = 8, heads = 2, rows = batch * seq;
+  const std::int64_t nrows = flash_attention_rows(batch, seq, heads);
+  Kokkos::View<float*> qkv("qkv", rows * 3 * d), ctx("ctx", rows * d), dctx("dctx", rows * d);
+  Kokkos::View<float*> dqkv("dqkv", rows * 3 * d), lse("lse", nrows), delta("delta", nrows);
+  Kokkos::View<float*> small("small", 3);
+  auto fwd = [&](Kokkos::View<float*> q, Kokkos::View<float*> c, Kokkos::View<float*> l,
+                 std::int64_t b, std::int64_t s, std::int64_t dd, std::int64_t h) {
+    flash_attention_forward<float>(q, c, l, b, s, dd, h);
+  };
+  auto bwd = [&](Kokkos::View<float*> dq, Kokkos::View<float*> dl) {
+    flash_attention_backward<float>(qkv, ctx, dctx, lse, dq, batch, seq, d, heads, dl);
+  };
+  BOOST_CHECK_NO_THROW(fwd(qkv, ctx, lse, batch, seq, d, heads));
+  BOOST_CHECK_NO_THROW(bwd(dqkv, delta));
+  BOOST_CHECK_THROW(fwd(qkv, ctx, lse, batch, seq, d, 3), Error);  // 8 % 3 != 0
+  BOOST_CHECK_THROW(fwd(qkv, ctx, lse, batch, 0, d, heads), Error);
+  BOOST_CHECK_THROW(fwd(qkv, ctx, lse, -1, seq, d, heads), Error);
+  BOOST_CHECK_THROW(fwd(small, ctx, lse, batch, seq, d, heads), Error);
+  BOOST_CHECK_THROW(fwd(qkv, small, lse, batch, seq, d, heads), Error);
+  BOOST_CHECK_THROW(fwd(qkv, ctx, small, batch, seq, d, heads), Error);
+  BOOST_CHECK_THROW(bwd(small, delta), Error);
+  BOOST_CHECK_THROW(bwd(dqkv, small), Error);
+  try {
+    fwd(qkv, ctx, small, batch, seq, d, heads);
+  } catch (const Error& e) {
+    BOOST_TEST(e.problem().find("lse has 3 elements") != std::string::npos);
+    BOOST_TEST(e.expected().find("batch*heads*seq = 20") != std::string::npos);
+  }
+  Kokkos::fence();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
