@@ -3,6 +3,11 @@
 
 #include <cmath>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "kshard/engine/flash_attention.hpp"
 #include "kshard/engine/gemm.hpp"
 #include "kshard/error.hpp"
 
@@ -158,6 +163,21 @@ KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_ATTN_INSTANTIATE)
 }  // namespace detail
 
 namespace {
+std::atomic<int> g_fused{-1};  // -1: not decided yet (read the environment)
+}  // namespace
+
+void set_fused_attention(bool fused) noexcept { g_fused = fused ? 1 : 0; }
+bool fused_attention() noexcept {
+  int v = g_fused.load();
+  if (v < 0) {
+    const char* e = std::getenv("KSHARD_ATTENTION");
+    v = (e && std::strcmp(e, "unfused") == 0) ? 0 : 1;
+    g_fused = v;
+  }
+  return v == 1;
+}
+
+namespace {
 std::int64_t checked_d_model(std::int64_t d, std::int64_t heads) {
   if (d <= 0 || heads <= 0 || d % heads != 0)
     throw Error("CausalSelfAttention(d_model=" + std::to_string(d) +
@@ -185,12 +205,21 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
                                      const ConstViews& params, Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
+  fused_ = fused_attention();
   detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
-  detail::ensure_size(prob_, shape.batch * heads_ * shape.seq * shape.seq,
-                      "kshard::CausalSelfAttention::prob");
   detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
   qkv_proj_.forward(x, shape, detail::slice(params, 0, 2), qkv_);
-  detail::causal_attention_forward<T>(qkv_, prob_, ctx_, shape.batch, shape.seq, d_, heads_);
+  if (fused_) {
+    prob_ = {};
+    detail::ensure_size(lse_, flash_attention_rows(shape.batch, shape.seq, heads_),
+                        "kshard::CausalSelfAttention::lse");
+    flash_attention_forward<T>(qkv_, ctx_, lse_, shape.batch, shape.seq, d_, heads_);
+  } else {
+    lse_ = {};
+    detail::ensure_size(prob_, shape.batch * heads_ * shape.seq * shape.seq,
+                        "kshard::CausalSelfAttention::prob");
+    detail::causal_attention_forward<T>(qkv_, prob_, ctx_, shape.batch, shape.seq, d_, heads_);
+  }
   out_proj_.forward(ctx_, shape, detail::slice(params, 2, 2), y);
   shape_ = shape;
   saved_ = true;
@@ -202,12 +231,19 @@ void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstView
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
   auto dctx = detail::scratch<T>(rows * d_, "kshard::CausalSelfAttention::dctx");
-  auto dprob = detail::scratch<T>(static_cast<std::int64_t>(prob_.extent(0)),
-                                  "kshard::CausalSelfAttention::dprob");
   auto dqkv = detail::scratch<T>(rows * 3 * d_, "kshard::CausalSelfAttention::dqkv");
   out_proj_.backward(dy, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dctx.view);
-  detail::causal_attention_backward<T>(qkv_, prob_, dctx.view, dprob.view, dqkv.view,
-                                       shape_.batch, shape_.seq, d_, heads_);
+  if (fused_) {
+    auto delta = detail::scratch<accum_t<T>>(static_cast<std::int64_t>(lse_.extent(0)),
+                                             "kshard::CausalSelfAttention::delta");
+    flash_attention_backward<T>(qkv_, ctx_, dctx.view, lse_, dqkv.view, shape_.batch,
+                                shape_.seq, d_, heads_, delta.view);
+  } else {
+    auto dprob = detail::scratch<T>(static_cast<std::int64_t>(prob_.extent(0)),
+                                    "kshard::CausalSelfAttention::dprob");
+    detail::causal_attention_backward<T>(qkv_, prob_, dctx.view, dprob.view, dqkv.view,
+                                         shape_.batch, shape_.seq, d_, heads_);
+  }
   qkv_proj_.backward(dqkv.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
 }
 

@@ -1,4 +1,5 @@
 #include "kshard/engine/embedding.hpp"
+#include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
 #include <climits>
@@ -15,10 +16,9 @@ template <class T>
 void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weight,
              Kokkos::View<const T*> position, bool use_position, Kokkos::View<T*> y,
              std::int64_t rows, std::int64_t seq, std::int64_t d) {
-  Kokkos::parallel_for(
-      "kshard::embedding_forward", Kokkos::RangePolicy<>(0, rows * d),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        const std::int64_t r = i / d, c = i % d;
+  compat::for_each_row(
+      "kshard::embedding_forward", rows, d, KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
+        const std::int64_t i = r * d + c;
         const std::int64_t id = ids(r);
         if (use_position)
           y(i) = from_accum<T>(to_accum(weight(id * d + c)) +
@@ -33,10 +33,10 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
               Kokkos::View<accum_t<T>*> dweight, Kokkos::View<accum_t<T>*> dposition,
               bool use_position, std::int64_t batch, std::int64_t seq, std::int64_t d) {
   using A = accum_t<T>;
-  Kokkos::parallel_for(
-      "kshard::embedding_backward_weight", Kokkos::RangePolicy<>(0, batch * seq * d),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        const std::int64_t r = i / d, c = i % d;
+  compat::for_each_row(
+      "kshard::embedding_backward_weight", batch * seq, d,
+      KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
+        const std::int64_t i = r * d + c;
         const std::int64_t id = ids(r);
         Kokkos::atomic_add(&dweight(id * d + c), to_accum(dy(i)));
       });

@@ -1,4 +1,5 @@
 #include "kshard/engine/gelu.hpp"
+#include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
 #include "kshard/error.hpp"
@@ -11,8 +12,8 @@ namespace detail {
 template <class T>
 void gelu_forward(Kokkos::View<const T*> x, Kokkos::View<T*> y) {
   using A = accum_t<T>;
-  Kokkos::parallel_for(
-      "kshard::gelu_forward", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(y.extent(0))),
+  compat::for_each_index(
+      "kshard::gelu_forward", static_cast<std::int64_t>(y.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
         const A c = A(0.7978845608028654);  // sqrt(2 / pi)
         const A v = to_accum(x(i));
@@ -24,8 +25,8 @@ void gelu_forward(Kokkos::View<const T*> x, Kokkos::View<T*> y) {
 template <class T>
 void gelu_backward(Kokkos::View<const T*> x, Kokkos::View<const T*> dy, Kokkos::View<T*> dx) {
   using A = accum_t<T>;
-  Kokkos::parallel_for(
-      "kshard::gelu_backward", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(dx.extent(0))),
+  compat::for_each_index(
+      "kshard::gelu_backward", static_cast<std::int64_t>(dx.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
         const A c = A(0.7978845608028654);
         const A v = to_accum(x(i));

@@ -1,4 +1,5 @@
 #include "kshard/engine/layer.hpp"
+#include "kshard/compat/for_each.hpp"
 
 #include <string>
 
@@ -140,10 +141,10 @@ void check_backward(const Layer<T>& layer, bool have_forward, const ActShape& sh
 template <class T>
 void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t rows,
                     std::int64_t cols) {
-  Kokkos::parallel_for(
-      "kshard::add_row_vector", Kokkos::RangePolicy<>(0, rows * cols),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        y(i) = from_accum<T>(to_accum(y(i)) + to_accum(b(i % cols)));
+  compat::for_each_row(
+      "kshard::add_row_vector", rows, cols, KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
+        const std::int64_t i = r * cols + c;
+        y(i) = from_accum<T>(to_accum(y(i)) + to_accum(b(c)));
       });
 }
 
@@ -164,8 +165,8 @@ void accumulate_column_sums(Kokkos::View<const U*> dy, std::int64_t rows, std::i
 
 template <class T>
 void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> out) {
-  Kokkos::parallel_for(
-      "kshard::add", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(out.extent(0))),
+  compat::for_each_index(
+      "kshard::add", static_cast<std::int64_t>(out.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) { out(i) = from_accum<T>(to_accum(a(i)) + to_accum(b(i))); });
 }
 

@@ -237,7 +237,7 @@ const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
   if (!grad_full_) {
     const std::size_t flat = std::size_t(index_.flat_numel());
     grad_full_ = memory::acquire(4 * flat, (name_ + ".grad_full").c_str());
-    Kokkos::deep_copy(grad_full_.view<float>(flat), 0.0f);
+    fill<float>(grad_full_.view<float>(flat), 0.0f);
     grad_views_.clear();
     for (const ParamEntry& e : index_.entries())
       grad_views_.push_back(
@@ -316,7 +316,7 @@ std::vector<float> ShardedGroup::gather_master() const {
 }
 
 void ShardedGroup::zero_grad() {
-  Kokkos::deep_copy(grad_, 0.0f);
+  fill<float>(grad_, 0.0f);
   grad_stats_ = GradShardStats{};
 }
 

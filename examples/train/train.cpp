@@ -23,6 +23,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/engine/attention.hpp"
 #include "kshard/engine/embedding.hpp"
 #include "kshard/engine/fsdp_model.hpp"
 #include "kshard/engine/gemm.hpp"
@@ -124,6 +125,7 @@ int run(kshard::Session& session, int argc, char** argv) {
   const int shard_n = mesh.shard_size();
 
   kshard::set_allow_tf32(o.tf32);
+  kshard::set_fused_attention(o.attention == "fused");
   auto model = build_model(mesh, o);
   model->init_parameters(o.seed);
 

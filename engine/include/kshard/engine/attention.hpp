@@ -11,10 +11,14 @@
 //   kshard::CausalSelfAttention<float> attn(/*d_model=*/768, /*heads=*/12);
 //   attn.forward(x, {batch, seq, 768}, params, y);
 //
-// The score and context products are strided-batched GEMMs over heads read
-// in place from the qkv activation (no head transpose copies); the softmax is
-// one Kokkos team per score row. Saved for backward: qkv [rows, 3d] and the
-// probabilities [batch, heads, seq, seq].
+// The attention core is fused by default (flash_attention.hpp: online
+// softmax, never stores [batch, heads, seq, seq]; tensor cores for bf16/f16 on
+// CUDA); saved for backward: qkv [rows, 3d], ctx [rows, d] and the per-row
+// log-sum-exp [batch, heads, seq]. The unfused path (set_fused_attention(false)
+// or KSHARD_ATTENTION=unfused) is the reference the fused one is tested
+// against: score and context products as strided-batched GEMMs over heads
+// read in place from the qkv activation, a causal softmax with one Kokkos
+// team per score row, and the probabilities [batch, heads, seq, seq] saved.
 #include "kshard/engine/linear.hpp"
 
 namespace kshard {
@@ -44,11 +48,18 @@ class CausalSelfAttention final : public Layer<T> {
   std::int64_t d_, heads_;
   Linear<T> qkv_proj_, out_proj_;
   bool saved_ = false;
+  bool fused_ = true;  // the path of the saved forward
   ActShape shape_{};
   Kokkos::View<T*> qkv_;   // [rows, 3d]
-  Kokkos::View<T*> prob_;  // [batch, heads, seq, seq]
+  Kokkos::View<T*> prob_;  // unfused: [batch, heads, seq, seq]
+  Kokkos::View<accum_t<T>*> lse_;  // fused: [batch, heads, seq]
   Kokkos::View<T*> ctx_;   // [rows, d]
 };
+
+/// Process-wide choice of the attention core for the next forwards (default:
+/// fused, unless the environment says KSHARD_ATTENTION=unfused).
+void set_fused_attention(bool fused) noexcept;
+bool fused_attention() noexcept;
 
 namespace detail {
 /// Attention core on a packed qkv [batch*seq, 3d]: prob and ctx as above.

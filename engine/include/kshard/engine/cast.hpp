@@ -31,5 +31,9 @@ template <class T>
 GradShardStats accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst);
 /// v[i] *= s.
 void scale_in_place(Kokkos::View<float*> v, float s);
+/// v[i] = value, at memory speed on every backend (Kokkos 3.4's deep_copy
+/// fill is block-scheduler bound on sm_90: see kshard/compat/for_each.hpp).
+template <class T>
+void fill(Kokkos::View<T*> v, T value);
 
 }  // namespace kshard
