@@ -257,7 +257,8 @@ void FsdpModel::build_groups() {
                       std::to_string(i - 1) + " (" + core_->info(i - 1).kind + ") gives " +
                       std::to_string(core_->info(i - 1).out_features),
                   "consecutive layers with matching widths");
-    groups_.emplace_back("layers." + std::to_string(i), li.specs, mesh_, recipe_);
+    groups_.emplace_back("layers." + std::to_string(i), li.specs, mesh_, recipe_,
+                         options_.keep_low_precision_shard);
   }
 }
 

@@ -43,7 +43,7 @@ void with_16bit_type(DType t, F&& f) {
 }  // namespace
 
 ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs,
-                           const DeviceMesh& mesh, Recipe recipe)
+                           const DeviceMesh& mesh, Recipe recipe, bool keep_low_precision_shard)
     : name_(std::move(name)),
       recipe_(std::move(recipe)),
       index_(specs, mesh.shard_size(), ParamIndex::default_align, recipe_.fp8_block),
@@ -53,7 +53,7 @@ ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs
   const std::size_t shard = std::size_t(index_.shard_numel());
   master_ = alloc_f32(name_ + ".master", shard, true);
   grad_ = alloc_f32(name_ + ".grad", shard, true);
-  if (is_16bit(recipe_.gather_dtype))
+  if (is_16bit(recipe_.gather_dtype) && keep_low_precision_shard)
     lp_shard_ = alloc_bytes(name_ + ".shard_lp", 2 * shard);
   else if (recipe_.fp8_init)
     lp_shard_ = alloc_bytes(name_ + ".shard_fp8", fp8_segment_bytes());
@@ -97,14 +97,14 @@ void ShardedGroup::set_full_parameters(Kokkos::View<const float*> flat) {
 }
 
 ModelParamRef ShardedGroup::model_param() const noexcept {
-  if (is_16bit(recipe_.gather_dtype))
+  if (is_16bit(recipe_.gather_dtype) && lp_shard_.data())
     return ModelParamRef{recipe_.gather_dtype, lp_shard_.data(), std::size_t(index_.shard_numel())};
   return {};
 }
 
 void ShardedGroup::refresh_low_precision() {
   const std::size_t shard = std::size_t(index_.shard_numel());
-  if (is_16bit(recipe_.gather_dtype))
+  if (is_16bit(recipe_.gather_dtype) && lp_shard_.data())
     with_16bit_type(recipe_.gather_dtype, [&](auto tag) {
       using T = decltype(tag);
       cast_from_f32<T>(master_, typed<T>(lp_shard_, 0, shard));
@@ -126,12 +126,21 @@ void ShardedGroup::start_unshard() {
       break;
     case DType::bf16:
     case DType::f16:
-      // Likewise in 16 bits: the layers compute on the gathered values as they are.
+      // Likewise in 16 bits: the layers compute on the gathered values as they
+      // are. The all-gather input is the kept low-precision shard, or (FSDP2's
+      // way, the default) the master cast into a pool block now.
       compute_ = memory::acquire(2 * flat, label.c_str());
       with_16bit_type(recipe_.gather_dtype, [&](auto tag) {
         using T = decltype(tag);
-        gather_req_ = shard_comm_.all_gather_async(typed<T>(lp_shard_, 0, shard),
-                                                   compute_.view<T>(flat));
+        Kokkos::View<const T*> src;
+        if (lp_shard_.data()) {
+          src = typed<T>(lp_shard_, 0, shard);
+        } else {
+          send_tmp_ = memory::acquire(2 * shard, (name_ + ".send_lp").c_str());
+          cast_from_f32<T>(master_, send_tmp_.view<T>(shard));
+          src = send_tmp_.view<T>(shard);
+        }
+        gather_req_ = shard_comm_.all_gather_async(src, compute_.view<T>(flat));
       });
       break;
     case DType::e4m3: {

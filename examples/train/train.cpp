@@ -70,6 +70,7 @@ std::unique_ptr<kshard::FsdpModel> build_model(const kshard::DeviceMesh& mesh,
   layers.push_back(kshard::layer<kshard::Linear>(std::int64_t(o.width), std::int64_t(o.vocab)));
   kshard::FsdpOptions fo;
   fo.reshard_after_forward = o.reshard_after_forward;
+  fo.keep_low_precision_shard = o.keep_lp_shard;
   return std::make_unique<kshard::FsdpModel>(mesh, layers,
                                              kshard::Recipe::parse(o.recipe, o.fp8_init), fo);
 }

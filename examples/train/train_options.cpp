@@ -82,6 +82,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "mixed precision: fp32, bf16, fp16 (dynamic loss scaling) or fp8; sets the compute dtype "
      "(f32, bf16, f16, bf16)")
     ("tf32", po::bool_switch(&o.tf32), "let f32 GEMMs use TF32 tensor cores (CUDA; off by default)")
+    ("keep-low-precision-shard", po::bool_switch(&o.keep_lp_shard),
+     "bf16/fp16: keep a 16-bit copy of each shard, written by the optimizer (2 B/param more, "
+     "no cast per all-gather)")
     ("attention", po::value<std::string>(&o.attention)->default_value(o.attention),
      "attention core: fused (online softmax, no [B,H,T,T] buffer) or unfused (the reference)")
     ("fp8-init", po::bool_switch(&o.fp8_init), "keep the sharded parameters in fp8 (fp8 recipe only)")

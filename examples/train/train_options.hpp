@@ -28,6 +28,7 @@ struct TrainOptions {
   std::string recipe = "fp32";
   bool fp8_init = false;
   bool tf32 = false;
+  bool keep_lp_shard = false;
   std::string attention = "fused";
   int layers = 2;
   int width = 64;

@@ -255,6 +255,14 @@ BOOST_DATA_TEST_CASE(schedule_options_are_bitwise_identical, bdata::xrange(4) * 
   const RunResult keep = train(mesh, world, c, batch, world.rank() * kRowsPerRank, kRowsPerRank);
   c.fsdp = {true, false};
   const RunResult nopf = train(mesh, world, c, batch, world.rank() * kRowsPerRank, kRowsPerRank);
+  // A kept 16-bit shard (written by the optimizer) gathers the same values as
+  // the master cast at each unshard (both RNE of the same f32).
+  c.fsdp = {true, true, true};
+  const RunResult lp = train(mesh, world, c, batch, world.rank() * kRowsPerRank, kRowsPerRank);
+  const Diff l = compare(lp, base);
+  KSHARD_CHECK_ALL_MSG(l.loss_rel == 0 && l.param_abs == 0,
+                       "keep_low_precision_shard differs: loss " << l.loss_rel << ", params "
+                                                                 << l.param_abs);
   const Diff a = compare(keep, base), b = compare(nopf, base);
   KSHARD_CHECK_ALL_MSG(a.loss_rel == 0 && a.param_abs == 0,
                        "reshard_after_forward off differs: loss " << a.loss_rel << ", params "

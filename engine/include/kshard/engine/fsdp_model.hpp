@@ -44,6 +44,8 @@ namespace kshard {
 struct FsdpOptions {
   bool reshard_after_forward = true;
   bool prefetch = true;
+  /// bf16/fp16: keep a 16-bit copy of each shard (see ShardedGroup).
+  bool keep_low_precision_shard = false;
 };
 
 namespace detail {

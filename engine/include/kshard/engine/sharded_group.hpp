@@ -50,8 +50,13 @@ struct ModelParamRef {
 
 class ShardedGroup {
  public:
+  /// keep_low_precision_shard (bf16/fp16 recipes): keep a 16-bit copy of the
+  /// shard between steps, written by the optimizer's update kernel, and
+  /// all-gather it as is (2 B/param more memory, one cast pass per unshard
+  /// less); false (the default, as FSDP2): cast the master into a pool block
+  /// at each unshard.
   ShardedGroup(std::string name, const std::vector<ParamSpec>& specs, const DeviceMesh& mesh,
-               Recipe recipe);
+               Recipe recipe, bool keep_low_precision_shard = false);
   ShardedGroup(const ShardedGroup&) = delete;
   ShardedGroup& operator=(const ShardedGroup&) = delete;
   ShardedGroup(ShardedGroup&&) = default;
@@ -70,7 +75,8 @@ class ShardedGroup {
   Kokkos::View<float*> master() const noexcept { return master_; }
   Kokkos::View<float*> grad() const noexcept { return grad_; }
   /// The low-precision shard the optimizer's kernel keeps equal to
-  /// cast(master) (bf16/f16 recipes); none otherwise.
+  /// cast(master) (bf16/f16 recipes with keep_low_precision_shard); none
+  /// otherwise.
   ModelParamRef model_param() const noexcept;
   /// Re-derives the low-precision shard from the master (after init, after an
   /// optimizer step that did not write it, and for fp8_init: re-quantize).
