@@ -163,19 +163,39 @@ KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_ATTN_INSTANTIATE)
 }  // namespace detail
 
 namespace {
-std::atomic<int> g_fused{-1};  // -1: not decided yet (read the environment)
+std::atomic<int> g_impl{-1};  // -1: not decided yet (read the environment)
 }  // namespace
 
-void set_fused_attention(bool fused) noexcept { g_fused = fused ? 1 : 0; }
-bool fused_attention() noexcept {
-  int v = g_fused.load();
+void set_attention_impl(AttentionImpl impl) noexcept { g_impl = int(impl); }
+AttentionImpl attention_impl() noexcept {
+  int v = g_impl.load();
   if (v < 0) {
     const char* e = std::getenv("KSHARD_ATTENTION");
-    v = (e && std::strcmp(e, "unfused") == 0) ? 0 : 1;
-    g_fused = v;
+    AttentionImpl a = AttentionImpl::automatic;
+    if (e && std::strcmp(e, "unfused") == 0) a = AttentionImpl::unfused;
+    if (e && std::strcmp(e, "fused") == 0) a = AttentionImpl::fused;
+    v = int(a);
+    g_impl = v;
   }
-  return v == 1;
+  return AttentionImpl(v);
 }
+
+template <class T>
+bool uses_fused_attention() noexcept {
+  switch (attention_impl()) {
+    case AttentionImpl::fused: return true;
+    case AttentionImpl::unfused: return false;
+    default: break;
+  }
+#if defined(KOKKOS_ENABLE_CUDA)
+  return is_low_precision_v<T>;
+#else
+  return true;
+#endif
+}
+#define KSHARD_USES_FUSED(T) template bool uses_fused_attention<T>() noexcept;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_USES_FUSED)
+#undef KSHARD_USES_FUSED
 
 namespace {
 std::int64_t checked_d_model(std::int64_t d, std::int64_t heads) {
@@ -205,7 +225,7 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
                                      const ConstViews& params, Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
-  fused_ = fused_attention();
+  fused_ = uses_fused_attention<T>();
   detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
   detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
   qkv_proj_.forward(x, shape, detail::slice(params, 0, 2), qkv_);

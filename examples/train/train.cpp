@@ -126,7 +126,9 @@ int run(kshard::Session& session, int argc, char** argv) {
   const int shard_n = mesh.shard_size();
 
   kshard::set_allow_tf32(o.tf32);
-  kshard::set_fused_attention(o.attention == "fused");
+  kshard::set_attention_impl(o.attention == "fused"     ? kshard::AttentionImpl::fused
+                             : o.attention == "unfused" ? kshard::AttentionImpl::unfused
+                                                        : kshard::AttentionImpl::automatic);
   auto model = build_model(mesh, o);
   model->init_parameters(o.seed);
 

@@ -29,7 +29,7 @@ struct TrainOptions {
   bool fp8_init = false;
   bool tf32 = false;
   bool keep_lp_shard = false;
-  std::string attention = "fused";
+  std::string attention = "auto";
   int layers = 2;
   int width = 64;
   int heads = 4;

@@ -14,7 +14,7 @@
 // The attention core is fused by default (flash_attention.hpp: online
 // softmax, never stores [batch, heads, seq, seq]; tensor cores for bf16/f16 on
 // CUDA); saved for backward: qkv [rows, 3d], ctx [rows, d] and the per-row
-// log-sum-exp [batch, heads, seq]. The unfused path (set_fused_attention(false)
+// log-sum-exp [batch, heads, seq]. The unfused path (set_attention_impl(unfused)
 // or KSHARD_ATTENTION=unfused) is the reference the fused one is tested
 // against: score and context products as strided-batched GEMMs over heads
 // read in place from the qkv activation, a causal softmax with one Kokkos
@@ -56,10 +56,17 @@ class CausalSelfAttention final : public Layer<T> {
   Kokkos::View<T*> ctx_;   // [rows, d]
 };
 
-/// Process-wide choice of the attention core for the next forwards (default:
-/// fused, unless the environment says KSHARD_ATTENTION=unfused).
-void set_fused_attention(bool fused) noexcept;
-bool fused_attention() noexcept;
+/// Process-wide choice of the attention core for the next forwards.
+/// automatic (the default; KSHARD_ATTENTION=fused|unfused overrides it): the
+/// fused kernel wherever it is the fast one, i.e. everywhere except f32/f64 on
+/// CUDA, where only the portable Kokkos kernel exists (no tensor cores; 7-14x
+/// slower than the cuBLAS-based unfused path on the H200, bench/attention).
+enum class AttentionImpl { automatic, fused, unfused };
+void set_attention_impl(AttentionImpl impl) noexcept;
+AttentionImpl attention_impl() noexcept;
+/// Whether a forward in compute type T uses the fused kernel now.
+template <class T>
+bool uses_fused_attention() noexcept;
 
 namespace detail {
 /// Attention core on a packed qkv [batch*seq, 3d]: prob and ctx as above.
