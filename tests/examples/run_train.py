@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Test driver for kshard-train: launches it under mpiexec and checks, per
-rank, what it returned and printed.
+"""Test driver for kshard-train: launches it under the MPI launcher and checks,
+per rank, what it returned and printed. Launches go through kshard-launch
+(tests/harness), which lays out the site's launcher command line
+(--launcher-arg=--mpiexec=srun, ...) and adds Open MPI's own flags only for
+Open MPI.
 
-Each rank runs inside a small shell wrapper that prints
+Each rank runs inside a small shell wrapper (rank_exit) that prints
 "KSHARD_RANK_EXIT rank=<r> rc=<code>" after the program ends, so the driver
 sees every rank's exit code (mpiexec alone reports one code for the job). The
 first error case is also launched without the wrapper, to check the code
 mpiexec itself returns.
 
-  run_train.py --mpiexec mpiexec --exe build/h5/examples/train/kshard-train --np 2 \
+  run_train.py --launcher-arg=--mpiexec=mpiexec --exe build/h5/examples/train/kshard-train --np 2 \
       --expect-learning --run=                       # default run: loss must fall
   run_train.py ... --expect-steps 3 "--run=--mesh 1x2 --recipe bf16 --accum 2 --steps 3"
   run_train.py ... --expect-error 2 "--case=--width 0 is out of range::--width 0"
@@ -33,10 +36,7 @@ import subprocess
 import sys
 import time
 
-# The wrapper itself exits 0: mpiexec aborts the job as soon as one process
-# exits non-zero, which could kill a rank before it reports its own code.
-WRAP = ('"$0" "$@"; rc=$?; '
-        'echo "KSHARD_RANK_EXIT rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-?}} rc=$rc"; exit 0')
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def launch(a, args, wrap=True):
@@ -49,10 +49,12 @@ def launch(a, args, wrap=True):
     while args and re.match(r"^[A-Z_][A-Z0-9_]*=", args[0]):
         k, v = args.pop(0).split("=", 1)
         env[k] = v
-    env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                "OMPI_MCA_rmaps_base_oversubscribe": "1"})
-    cmd = [a.mpiexec, "-n", str(np), "--bind-to", "none"]
-    cmd += ["bash", "-c", WRAP, a.exe, *args] if wrap else [a.exe, *args]
+    cmd = [a.launcher, "--np", str(np), *a.launcher_arg, "--"]
+    if wrap:
+        env["KSHARD_RANK_EXE"] = a.exe
+        cmd += [os.path.join(HERE, "rank_exit"), *args]
+    else:
+        cmd += [a.exe, *args]
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     a.last_np = np
     try:
@@ -164,7 +166,11 @@ def check_abort(a, case):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--launcher", default=os.path.join(HERE, "..", "harness", "kshard-launch"),
+                    help="kshard-launch (default: the source tree's)")
+    ap.add_argument("--launcher-arg", action="append", default=[],
+                    help="an option of kshard-launch, e.g. --launcher-arg=--mpiexec=srun")
+    ap.add_argument("--mpiexec", help="shorthand for --launcher-arg=--mpiexec=PATH")
     ap.add_argument("--exe", required=True)
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=240)
@@ -178,6 +184,8 @@ def main():
     ap.add_argument("--abort-case", action="append", default=[],
                     help="NEEDLE::ARGS of a run in which only some ranks fail")
     a = ap.parse_args()
+    if a.mpiexec:
+        a.launcher_arg.append(f"--mpiexec={a.mpiexec}")
     if not a.run and not a.case and not a.abort_case:
         ap.error("nothing to run: give --run and/or --case")
     if a.case and a.expect_error is None:

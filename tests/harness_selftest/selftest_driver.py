@@ -27,8 +27,12 @@ def check(cond, what, output=""):
             print("---- output ----\n" + output[-4000:] + "\n----------------")
 
 
+LAUNCHER_ARGS = []  # the site's launcher options (--mpiexec=..., ...), from CMake
+
+
 def run(launcher, bindir, logs, suite, np=2, extra=(), timeout=120):
-    cmd = [launcher, "--np", str(np), "--logs", logs, "--", f"{bindir}/selftest_{suite}", *extra]
+    cmd = [launcher, "--np", str(np), *LAUNCHER_ARGS, "--logs", logs, "--",
+           f"{bindir}/selftest_{suite}", *extra]
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=timeout)
@@ -40,7 +44,10 @@ def main():
     ap.add_argument("--launcher", required=True)
     ap.add_argument("--bindir", required=True)
     ap.add_argument("--logs", required=True)
+    ap.add_argument("--launcher-arg", action="append", default=[],
+                    help="an option of kshard-run-suite, e.g. --launcher-arg=--mpiexec=srun")
     a = ap.parse_args()
+    LAUNCHER_ARGS.extend(a.launcher_arg)
 
     rc, out, _ = run(a.launcher, a.bindir, a.logs, "one_rank_fails")
     check(rc != 0, "one_rank_fails: suite exits non-zero", out)

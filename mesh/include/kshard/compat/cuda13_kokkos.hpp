@@ -48,6 +48,10 @@
 // alias only for Kepler/Maxwell). Kokkos >= 4.7 supports CUDA 13 itself: do not
 // force-include this header there (4.x spells half_t as an alias, which clashes
 // with the forward declaration below); KSHARD_NO_CUDA13_KOKKOS_COMPAT turns it off.
+// Kokkos 4.6 still calls the three old runtime-API forms of (1) (its
+// Kokkos_Cuda_Instance.hpp) but has a correct half_t path: build it and its
+// users with -DKSHARD_CUDA13_KOKKOS4 as well, which keeps (1) and (3) and
+// leaves out (2) (ci/kokkos4 --cuda, presets/cuda-kokkos4.json).
 //
 // A macro guard besides #pragma once: the source and the installed copy are
 // two files, and one TU may be handed both (build flags naming one, a
@@ -104,7 +108,8 @@ inline cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNo
 
 #endif  // CUDA_VERSION >= 13000
 
-#if defined(CUDA_VERSION) && CUDA_VERSION >= 11100  // where Kokkos 3.4 takes the broken path
+// Where Kokkos 3.4 takes the broken path; Kokkos 4.x does not (KSHARD_CUDA13_KOKKOS4).
+#if defined(CUDA_VERSION) && CUDA_VERSION >= 11100 && !defined(KSHARD_CUDA13_KOKKOS4)
 
 namespace Kokkos {
 namespace Experimental {
@@ -136,6 +141,6 @@ __host__ __device__ inline double __half2double(const T& h) {
   return static_cast<double>(__half2float(static_cast<__half>(h)));
 }
 
-#endif  // CUDA_VERSION >= 11100
+#endif  // CUDA_VERSION >= 11100 && !KSHARD_CUDA13_KOKKOS4
 
 #endif  // __CUDACC__
