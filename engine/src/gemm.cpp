@@ -125,16 +125,8 @@ bool allow_tf32() noexcept { return g_allow_tf32; }
                                         std::int64_t, const T*, std::int64_t, std::int64_t,   \
                                         accum_t<T>, T*, std::int64_t, std::int64_t,           \
                                         std::int64_t);
-KSHARD_GEMM_INSTANTIATE(float, float)
-KSHARD_GEMM_INSTANTIATE(double, double)
-KSHARD_GEMM_INSTANTIATE(bfloat16_t, bfloat16_t)
-KSHARD_GEMM_INSTANTIATE(bfloat16_t, float)
-KSHARD_GEMM_INSTANTIATE(float16_t, float16_t)
-KSHARD_GEMM_INSTANTIATE(float16_t, float)
-KSHARD_GEMM_BATCHED_INSTANTIATE(float)
-KSHARD_GEMM_BATCHED_INSTANTIATE(double)
-KSHARD_GEMM_BATCHED_INSTANTIATE(bfloat16_t)
-KSHARD_GEMM_BATCHED_INSTANTIATE(float16_t)
+KSHARD_FOR_EACH_GEMM_TYPES(KSHARD_GEMM_INSTANTIATE)
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_GEMM_BATCHED_INSTANTIATE)
 #undef KSHARD_GEMM_INSTANTIATE
 #undef KSHARD_GEMM_BATCHED_INSTANTIATE
 

@@ -116,26 +116,6 @@ void gemm_strided_batched_backend(Trans ta, Trans tb, std::int64_t m, std::int64
         "cublasGemmStridedBatchedEx");
 }
 
-#define KSHARD_GEMM_BACKEND(T, TC)                                                            \
-  template void gemm_backend<T, TC>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t,   \
-                                    accum_t<T>, const T*, std::int64_t, const T*,             \
-                                    std::int64_t, accum_t<T>, TC*, std::int64_t);
-#define KSHARD_GEMM_BATCHED_BACKEND(T)                                                        \
-  template void gemm_strided_batched_backend<T>(                                              \
-      Trans, Trans, std::int64_t, std::int64_t, std::int64_t, accum_t<T>, const T*,           \
-      std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, accum_t<T>, T*,       \
-      std::int64_t, std::int64_t, std::int64_t);
-KSHARD_GEMM_BACKEND(float, float)
-KSHARD_GEMM_BACKEND(double, double)
-KSHARD_GEMM_BACKEND(bfloat16_t, bfloat16_t)
-KSHARD_GEMM_BACKEND(bfloat16_t, float)
-KSHARD_GEMM_BACKEND(float16_t, float16_t)
-KSHARD_GEMM_BACKEND(float16_t, float)
-KSHARD_GEMM_BATCHED_BACKEND(float)
-KSHARD_GEMM_BATCHED_BACKEND(double)
-KSHARD_GEMM_BATCHED_BACKEND(bfloat16_t)
-KSHARD_GEMM_BATCHED_BACKEND(float16_t)
-#undef KSHARD_GEMM_BACKEND
-#undef KSHARD_GEMM_BATCHED_BACKEND
+KSHARD_INSTANTIATE_GEMM_BACKENDS
 
 }  // namespace kshard::detail

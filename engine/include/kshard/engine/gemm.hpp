@@ -64,6 +64,12 @@ void gemm_strided_batched(Trans ta, Trans tb, std::int64_t m, std::int64_t n, st
 void set_allow_tf32(bool allow) noexcept;
 bool allow_tf32() noexcept;
 
+/// The (A/B type, C type) pairs gemm() is instantiated for, to apply a macro to:
+/// KSHARD_FOR_EACH_GEMM_TYPES(M) expands to M(float, float) M(double, double) ...
+#define KSHARD_FOR_EACH_GEMM_TYPES(M)                                        \
+  M(float, float) M(double, double) M(bfloat16_t, bfloat16_t) M(bfloat16_t, float) \
+  M(float16_t, float16_t) M(float16_t, float)
+
 namespace detail {
 // Backend entry points (host/gemm_cblas.cpp or cuda/gemm_cublas.cpp), called
 // with validated, non-empty arguments.
@@ -78,5 +84,20 @@ void gemm_strided_batched_backend(Trans ta, Trans tb, std::int64_t m, std::int64
                                   std::int64_t stride_b, accum_t<T> beta, T* c, std::int64_t ldc,
                                   std::int64_t stride_c, std::int64_t batch);
 }  // namespace detail
+
+// The backends' explicit instantiations (once, in each backend's .cpp, inside
+// namespace kshard::detail).
+#define KSHARD_GEMM_BACKEND_ONE(T, TC)                                                         \
+  template void gemm_backend<T, TC>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t,   \
+                                    accum_t<T>, const T*, std::int64_t, const T*,             \
+                                    std::int64_t, accum_t<T>, TC*, std::int64_t);
+#define KSHARD_GEMM_BATCHED_BACKEND_ONE(T)                                                     \
+  template void gemm_strided_batched_backend<T>(                                              \
+      Trans, Trans, std::int64_t, std::int64_t, std::int64_t, accum_t<T>, const T*,           \
+      std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, accum_t<T>, T*,       \
+      std::int64_t, std::int64_t, std::int64_t);
+#define KSHARD_INSTANTIATE_GEMM_BACKENDS                       \
+  KSHARD_FOR_EACH_GEMM_TYPES(KSHARD_GEMM_BACKEND_ONE)          \
+  KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_GEMM_BATCHED_BACKEND_ONE)
 
 }  // namespace kshard
