@@ -20,6 +20,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
+#include <memory>
+#include <tuple>
 #include <type_traits>
 #include <string>
 #include <utility>
@@ -196,6 +199,30 @@ class NcclComm final : public CommImpl {
 
   Backend backend() const noexcept override { return Backend::nccl; }
   std::shared_ptr<CommImpl> split(int color, int key, const std::string& name) override {
+    // ncclCommSplit costs about 0.5 s on the H200 (the 1-rank suites' cases
+    // that split a "self" communicator took 0.5-1 s each), and programs split
+    // the same way again and again (every test case, every DeviceMesh of one
+    // shape). So a communicator keeps the children it made, keyed by (color,
+    // key, name), and hands one out again when EVERY rank has its own child
+    // cached: one small MPI_Allreduce on the control comm decides, so no rank
+    // skips a split that another rank makes. A reused child is the same
+    // communicator (trace, staging caches), as copies of a Communicator are.
+    const SplitKey k{color, key, name};
+    const auto it = children_.find(k);
+    int hit = it != children_.end() ? 1 : 0, all_hit = 0;
+    check_mpi(MPI_Allreduce(&hit, &all_hit, 1, MPI_INT, MPI_MIN, control_),
+              "MPI_Allreduce of the split cache verdict of '" + this->name() + "'");
+    if (all_hit) return it->second;
+    auto child = split_uncached(color, key, name);
+    children_[k] = child;
+    return child;
+  }
+
+ private:
+  using SplitKey = std::tuple<int, int, std::string>;
+  std::map<SplitKey, std::shared_ptr<CommImpl>> children_;
+
+  std::shared_ptr<CommImpl> split_uncached(int color, int key, const std::string& name) {
     // MPI_Comm_split semantics, but every rank must land in a group (a
     // Communicator is never null). A negative color (MPI_UNDEFINED included)
     // still takes part in both splits so the other ranks do not hang, and
@@ -231,6 +258,8 @@ class NcclComm final : public CommImpl {
     }
   }
 
+
+ public:
   /// ncclCommInitRank over `control`'s ranks; collective over `control`.
   static ncclComm_t init_over(MPI_Comm control, const std::string& name, int device) {
     int rank = 0, size = 0;
