@@ -6,21 +6,46 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
 
 #include "kshard/engine/layer.hpp"
+#include "kshard/numeric/compute.hpp"
 
 namespace kshard::test {
 
 using HostVec = std::vector<double>;
 
+/// A host double as T (any compute type: 16-bit ones round to nearest even),
+/// and back.
+template <class T>
+T from_double(double v) {
+  if constexpr (is_low_precision_v<T>)
+    return from_float<T>(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
+}
+template <class T>
+double to_double(T v) {
+  if constexpr (std::is_arithmetic_v<T>)
+    return static_cast<double>(v);
+  else
+    return static_cast<double>(to_accum(v));
+}
+/// The values a View of T would hold (so a reference sees the same inputs).
+template <class T>
+HostVec rounded(HostVec v) {
+  for (auto& x : v) x = to_double(from_double<T>(x));
+  return v;
+}
+
 template <class T>
 Kokkos::View<T*> to_device(const HostVec& v, const char* label = "test") {
   Kokkos::View<T*> d(std::string(label), v.size());
   auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = static_cast<T>(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = from_double<T>(v[i]);
   Kokkos::deep_copy(d, h);
   return d;
 }
@@ -28,7 +53,7 @@ Kokkos::View<T*> to_device(const HostVec& v, const char* label = "test") {
 template <class T>
 void upload(const HostVec& v, const Kokkos::View<T*>& d) {
   auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = static_cast<T>(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = from_double<T>(v[i]);
   Kokkos::deep_copy(d, h);
 }
 
@@ -36,7 +61,7 @@ template <class V>
 HostVec to_host(const V& d) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
   HostVec v(d.extent(0));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(h(i));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = to_double(h(i));
   return v;
 }
 

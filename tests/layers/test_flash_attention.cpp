@@ -76,47 +76,10 @@ template <>
 double tolerance<float16_t>() { return 3e-3; }
 
 template <class T>
-T to_t(double v) {
-  if constexpr (is_low_precision_v<T>)
-    return from_float<T>(static_cast<float>(v));
-  else
-    return static_cast<T>(v);
-}
-
-template <class T>
-double to_d(T v) {
-  return static_cast<double>(to_accum(v));
-}
-
-template <class T>
-Kokkos::View<T*> upload_t(const HostVec& v, const char* label) {
-  Kokkos::View<T*> d(std::string(label), v.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = to_t<T>(v[i]);
-  Kokkos::deep_copy(d, h);
-  return d;
-}
-
-template <class T>
-HostVec download_t(const Kokkos::View<T*>& d) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
-  HostVec v(d.extent(0));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = to_d(h(i));
-  return v;
-}
-
-/// The values a View of T would hold (so the reference sees the same inputs).
-template <class T>
-HostVec rounded(HostVec v) {
-  for (auto& x : v) x = to_d(to_t<T>(x));
-  return v;
-}
-
-template <class T>
 Kokkos::View<T*> poisoned(std::size_t n, const char* label) {
   Kokkos::View<T*> d(std::string(label), n);
   auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < n; ++i) h(i) = to_t<T>(std::numeric_limits<double>::quiet_NaN());
+  for (std::size_t i = 0; i < n; ++i) h(i) = from_double<T>(std::numeric_limits<double>::quiet_NaN());
   Kokkos::deep_copy(d, h);
   return d;
 }
@@ -189,8 +152,8 @@ Errors run_fused(const Case& c, const HostVec& qkv, const HostVec& dctx, const R
   using A = accum_t<T>;
   const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
   const std::int64_t nrows = flash_attention_rows(c.batch, c.seq, c.heads);
-  auto qkv_t = upload_t<T>(qkv, "qkv");
-  auto dctx_t = upload_t<T>(dctx, "dctx");
+  auto qkv_t = to_device<T>(qkv, "qkv");
+  auto dctx_t = to_device<T>(dctx, "dctx");
   auto ctx = poisoned<T>(static_cast<std::size_t>(rows * d), "ctx");
   auto dqkv = poisoned<T>(static_cast<std::size_t>(rows * 3 * d), "dqkv");
   auto lse = poisoned<A>(static_cast<std::size_t>(nrows), "lse");
@@ -217,7 +180,7 @@ Errors run_fused(const Case& c, const HostVec& qkv, const HostVec& dctx, const R
     detail::flash_attention_backward_portable<T>(a);
   }
   Kokkos::fence();
-  const HostVec ctx_h = download_t(ctx), lse_h = download_t(lse), dqkv_h = download_t(dqkv);
+  const HostVec ctx_h = to_host(ctx), lse_h = to_host(lse), dqkv_h = to_host(dqkv);
   BOOST_TEST(count_nonfinite(ctx_h) == 0u);
   BOOST_TEST(count_nonfinite(lse_h) == 0u);
   BOOST_TEST(count_nonfinite(dqkv_h) == 0u);
@@ -268,13 +231,13 @@ HostVec backward_bits(const Case& c, const HostVec& qkv, const HostVec& dctx) {
   using A = accum_t<T>;
   const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
   const std::int64_t nrows = flash_attention_rows(c.batch, c.seq, c.heads);
-  auto qkv_t = upload_t<T>(qkv, "qkv");
+  auto qkv_t = to_device<T>(qkv, "qkv");
   Kokkos::View<T*> ctx("ctx", rows * d), dqkv("dqkv", rows * 3 * d);
   Kokkos::View<A*> lse("lse", nrows), delta("delta", nrows);
   flash_attention_forward<T>(qkv_t, ctx, lse, c.batch, c.seq, d, c.heads);
-  flash_attention_backward<T>(qkv_t, ctx, upload_t<T>(dctx, "dctx"), lse, dqkv, c.batch, c.seq,
+  flash_attention_backward<T>(qkv_t, ctx, to_device<T>(dctx, "dctx"), lse, dqkv, c.batch, c.seq,
                               d, c.heads, delta);
-  return download_t(dqkv);
+  return to_host(dqkv);
 }
 
 }  // namespace

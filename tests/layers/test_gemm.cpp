@@ -150,30 +150,15 @@ void check_low_precision(double tol_c) {
       const std::int64_t lda = ac + pad, ldb = bc + pad, ldc = n + pad;
       HostVec a = random_vec(ar * lda, rng), b = random_vec(br * ldb, rng);
       HostVec c = random_vec(m * ldc, rng);
-      auto down = [](HostVec& v, auto tag) {
-        using U = decltype(tag);
-        for (auto& x : v) x = double(to_accum(from_float<U>(float(x))));
-      };
-      down(a, T{});
-      down(b, T{});
-      down(c, TC{});
-      auto dev = [](const HostVec& v, auto tag) {
-        using U = decltype(tag);
-        Kokkos::View<U*> d("lp", v.size());
-        auto h = Kokkos::create_mirror_view(d);
-        for (std::size_t i = 0; i < v.size(); ++i) h(i) = from_float<U>(float(v[i]));
-        Kokkos::deep_copy(d, h);
-        return d;
-      };
-      auto ad = dev(a, T{});
-      auto bd = dev(b, T{});
-      auto cd = dev(c, TC{});
+      a = rounded<T>(a);
+      b = rounded<T>(b);
+      c = rounded<TC>(c);
+      auto ad = to_device<T>(a), bd = to_device<T>(b);
+      auto cd = to_device<TC>(c);
       gemm<T>(ta, tb, m, n, k, 0.75f, ad.data(), lda, bd.data(), ldb, -0.5f, cd.data(), ldc);
       HostVec want = c;
       naive(ta, tb, m, n, k, 0.75, a, lda, b, ldb, -0.5, want, ldc);
-      auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cd);
-      HostVec got(hc.extent(0));
-      for (std::size_t i = 0; i < got.size(); ++i) got[i] = double(to_accum(hc(i)));
+      const HostVec got = to_host(cd);
       BOOST_TEST_INFO("ta=" << int(ta) << " tb=" << int(tb));
       BOOST_TEST(rel_err(got, want) <= tol_c);
     }

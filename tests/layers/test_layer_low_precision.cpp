@@ -41,31 +41,6 @@ const char* type_name() {
   return std::is_same_v<T, bfloat16_t> ? "bf16" : "f16";
 }
 
-HostVec round_to(const HostVec& v, bool bf16) {
-  HostVec r(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i)
-    r[i] = bf16 ? to_float(from_float<bfloat16_t>(float(v[i])))
-                : to_float(from_float<float16_t>(float(v[i])));
-  return r;
-}
-
-template <class T>
-Kokkos::View<T*> to_device_lp(const HostVec& v, const char* label) {
-  Kokkos::View<T*> d(std::string(label), v.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = from_float<T>(float(v[i]));
-  Kokkos::deep_copy(d, h);
-  return d;
-}
-
-template <class T>
-HostVec to_host_lp(const Kokkos::View<T*>& d) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
-  HostVec v(d.extent(0));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = double(to_accum(h(i)));
-  return v;
-}
-
 struct Run {
   HostVec y, dx;
   std::vector<HostVec> grads;
@@ -75,7 +50,7 @@ template <class T>
 Run run_lp(Layer<T>& layer, const HostVec& x, ActShape s, const std::vector<HostVec>& hp,
            const HostVec& r, bool ids) {
   std::vector<Kokkos::View<const T*>> params;
-  for (const auto& p : hp) params.push_back(to_device_lp<T>(p, "param"));
+  for (const auto& p : hp) params.push_back(to_device<T>(p, "param"));
   Kokkos::View<T*> y("y", std::size_t(s.rows() * layer.out_features()));
   if (ids) {
     Kokkos::View<std::int32_t*> id("ids", x.size());
@@ -84,27 +59,26 @@ Run run_lp(Layer<T>& layer, const HostVec& x, ActShape s, const std::vector<Host
     Kokkos::deep_copy(id, h);
     layer.forward_tokens(id, s, params, y);
   } else {
-    layer.forward(to_device_lp<T>(x, "x"), s, params, y);
+    layer.forward(to_device<T>(x, "x"), s, params, y);
   }
   auto grads = allocate_gradients(layer);
   Kokkos::View<T*> dx("dx", x.size());
-  layer.backward(to_device_lp<T>(r, "dy"), params, grads, dx);
+  layer.backward(to_device<T>(r, "dy"), params, grads, dx);
   Run out;
-  out.y = to_host_lp(y);
-  out.dx = to_host_lp(dx);
+  out.y = to_host(y);
+  out.dx = to_host(dx);
   for (auto& g : grads) out.grads.push_back(to_host(g));
   return out;
 }
 
 template <class T>
 void compare(Layer<T>& lp, Layer<double>& ld, ActShape s, HostVec x, bool ids = false) {
-  constexpr bool bf = std::is_same_v<T, bfloat16_t>;
   std::mt19937_64 rng(3);
   std::vector<HostVec> hp = random_params(ld, 17);
-  for (auto& p : hp) p = round_to(p, bf);
-  if (!ids) x = round_to(x, bf);
+  for (auto& p : hp) p = rounded<T>(p);
+  if (!ids) x = rounded<T>(x);
   const HostVec r =
-      round_to(random_vec(static_cast<std::size_t>(s.rows() * ld.out_features()), rng), bf);
+      rounded<T>(random_vec(static_cast<std::size_t>(s.rows() * ld.out_features()), rng));
   const Gradients gd = run_backward(ld, x, s, params_to_device<double>(hp), r);
   const HostVec yd = run_forward(ld, x, s, params_to_device<double>(hp));
   const Run got = run_lp(lp, x, s, hp, r, ids);
