@@ -64,6 +64,20 @@ std::int64_t count_bad_ids(Kokkos::View<const std::int32_t*> ids, std::int64_t v
 
 }  // namespace detail::embedding
 
+namespace {
+void check_ids(std::int64_t bad, std::int64_t vocab) {
+  if (bad != 0)
+    throw Error("Embedding::forward: " + std::to_string(bad) +
+                    " token ids are not integers in [0, " + std::to_string(vocab) + ")",
+                "every id an integer in [0, vocab)");
+}
+void check_seq(const ActShape& shape, std::int64_t max_seq) {
+  if (max_seq > 0 && shape.seq > max_seq)
+    throw Error("Embedding::forward: seq=" + std::to_string(shape.seq),
+                "seq <= max_seq=" + std::to_string(max_seq));
+}
+}  // namespace
+
 namespace detail {
 template <class T>
 std::int64_t token_ids_from(Kokkos::View<const T*> x, std::int64_t vocab,
@@ -123,12 +137,9 @@ void Embedding<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Const
                   "vocab <= 2^24 for float ids (or int32 ids through forward_tokens)");
     detail::check_forward<T>(*this, x, shape, params, y);
     detail::ensure_size(ids_buf_, shape.rows(), "kshard::Embedding::ids");
-    const std::int64_t bad = detail::token_ids_from<T>(x, vocab_, ids_buf_);
-    if (bad != 0)
-      throw Error("Embedding::forward: " + std::to_string(bad) +
-                      " token ids are not integers in [0, " + std::to_string(vocab_) + ")",
-                  "every id an integer in [0, vocab)");
-    forward_tokens(ids_buf_, shape, params, y);
+    check_ids(detail::token_ids_from<T>(x, vocab_, ids_buf_), vocab_);
+    check_seq(shape, max_seq_);
+    embed(ids_buf_, shape, params, y);
   }
 }
 
@@ -143,17 +154,15 @@ void Embedding<T>::forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShap
                 "batch > 0, seq > 0, features = 1 (one id per row)");
   detail::check_size(who, "ids", ids.extent(0), shape.rows());
   detail::check_size(who, "y", y.extent(0), shape.rows() * d_);
-  if (params.size() != param_specs().size())
-    throw Error(who + ": " + std::to_string(params.size()) + " param Views",
-                std::to_string(param_specs().size()));
-  if (max_seq_ > 0 && shape.seq > max_seq_)
-    throw Error("Embedding::forward: seq=" + std::to_string(shape.seq),
-                "seq <= max_seq=" + std::to_string(max_seq_));
-  const std::int64_t bad = detail::embedding::count_bad_ids(ids, vocab_);
-  if (bad != 0)
-    throw Error("Embedding::forward: " + std::to_string(bad) + " token ids are not integers in [0, " +
-                    std::to_string(vocab_) + ")",
-                "every id an integer in [0, vocab)");
+  detail::check_param_views<T>(*this, who, params);
+  check_seq(shape, max_seq_);
+  check_ids(detail::embedding::count_bad_ids(ids, vocab_), vocab_);
+  embed(ids, shape, params, y);
+}
+
+template <class T>
+void Embedding<T>::embed(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                         const ConstViews& params, Kokkos::View<T*> y) {
   const bool pos = max_seq_ > 0;
   detail::embedding::forward<T>(ids, params[0], pos ? params[1] : Kokkos::View<const T*>(), pos, y,
                                 shape.rows(), shape.seq, d_);

@@ -107,6 +107,12 @@ void check_params(const Layer<T>& layer, const std::string& who, const char* wha
 }  // namespace
 
 template <class T>
+void check_param_views(const Layer<T>& layer, const std::string& who,
+                       const std::vector<Kokkos::View<const T*>>& params) {
+  check_params(layer, who, "param", layer.param_specs(), params);
+}
+
+template <class T>
 void check_forward(const Layer<T>& layer, const Kokkos::View<const T*>& x, const ActShape& shape,
                    const std::vector<Kokkos::View<const T*>>& params, const Kokkos::View<T*>& y) {
   const std::string who = layer.kind() + "::forward";
@@ -183,7 +189,9 @@ void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> ou
                                   std::int64_t);                                              \
   template void accumulate_column_sums<T>(Kokkos::View<const T*>, std::int64_t, std::int64_t, \
                                           Kokkos::View<accum_t<T>*>, Kokkos::View<T*>&);      \
-  template void add<T>(Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<T*>);
+  template void add<T>(Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<T*>); \
+  template void check_param_views<T>(const Layer<T>&, const std::string&,                    \
+                                     const std::vector<Kokkos::View<const T*>>&);
 KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LAYER_INSTANTIATE)
 #undef KSHARD_LAYER_INSTANTIATE
 }  // namespace detail

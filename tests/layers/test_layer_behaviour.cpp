@@ -264,6 +264,22 @@ BOOST_AUTO_TEST_CASE(bad_shapes_and_arguments_throw) {
   expect_error<Error>([&] { e.forward(to_device<double>({1, 2, 3, 4}), {1, 4, 1}, ep, ey4); },
                       "seq > max_seq");
   BOOST_CHECK_NO_THROW(e.forward(to_device<double>({4, 0, 2}), {1, 3, 1}, ep, ey));
+  // The same checks on int32 ids (forward_tokens), plus the parameter sizes.
+  auto ids = [](std::vector<std::int32_t> v) {
+    Kokkos::View<std::int32_t*> d("ids", v.size());
+    auto h = Kokkos::create_mirror_view(d);
+    for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+    Kokkos::deep_copy(d, h);
+    return d;
+  };
+  expect_error<Error>([&] { e.forward_tokens(ids({1, 5, 2}), {1, 3, 1}, ep, ey); },
+                      "int32 id == vocab");
+  expect_error<Error>([&] { e.forward_tokens(ids({1, 2, 3, 4}), {1, 4, 1}, ep, ey4); },
+                      "int32 ids, seq > max_seq");
+  expect_error<Error>(
+      [&] { e.forward_tokens(ids({1, 2, 3}), {1, 3, 1}, {ep[0], Kokkos::View<double*>("p", 2)}, ey); },
+      "int32 ids, position table of the wrong size");
+  BOOST_CHECK_NO_THROW(e.forward_tokens(ids({4, 0, 2}), {1, 3, 1}, ep, ey));
 
   // Error messages say what was wrong and what was expected.
   try {

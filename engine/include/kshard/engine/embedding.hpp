@@ -51,6 +51,10 @@ class Embedding final : public Layer<T> {
   ActShape shape_{};
   Kokkos::View<const std::int32_t*> ids_;  // handle to the forward's ids
   Kokkos::View<std::int32_t*> ids_buf_;    // ids converted from T by forward()
+
+  // The lookup on validated ids and shapes; saves the forward.
+  void embed(Kokkos::View<const std::int32_t*> ids, ActShape shape, const ConstViews& params,
+             Kokkos::View<T*> y);
 };
 
 namespace detail {

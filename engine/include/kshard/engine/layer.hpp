@@ -143,6 +143,10 @@ void check_backward(const Layer<T>& layer, bool have_forward, const ActShape& sh
                     const std::vector<Kokkos::View<accum_t<T>*>>& grads,
                     const Kokkos::View<T*>& dx);
 void check_size(const std::string& who, const char* what, std::size_t have, std::int64_t want);
+/// One parameter View per spec, each of the spec's size (check_forward does this too).
+template <class T>
+void check_param_views(const Layer<T>& layer, const std::string& who,
+                       const std::vector<Kokkos::View<const T*>>& params);
 
 /// Resizes a workspace to exactly n elements (contents undefined) if its size differs.
 template <class T>
