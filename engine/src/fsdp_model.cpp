@@ -121,12 +121,16 @@ class FsdpCore final : public FsdpCoreBase {
                      bool sync) override {
     // The gradient overwrites the logits: no second logits-sized buffer (the
     // head's backward reads its input and dy, never its own output).
+    // The loss stays on the device until the backward pass is queued behind
+    // it, so the GPU never idles while the host waits for a number.
     auto logits = acts_.back();
     const ActShape& os = shapes_.back();
-    const double loss = cross_entropy_loss<T, std::int32_t>(logits, os.rows(), os.features,
-                                                            targets, logits, scale);
+    if (ce_result_.extent(0) == 0)
+      ce_result_ = Kokkos::View<double*>("kshard.fsdp.ce_result", 3);
+    cross_entropy_loss_async<T, std::int32_t>(logits, os.rows(), os.features, targets, logits,
+                                              scale, ce_result_);
     run_backward(g, o, logits, sync);
-    return loss;
+    return cross_entropy_result(ce_result_, os.rows(), os.features);
   }
 
  private:
@@ -205,6 +209,7 @@ class FsdpCore final : public FsdpCoreBase {
   Kokkos::View<T*> dact_a_, dact_b_, dloss_, input_buf_;
   Kokkos::View<std::int32_t*> ids_buf_;
   Kokkos::View<float*> out_f32_;
+  Kokkos::View<double*> ce_result_;
 };
 
 template <class T>
@@ -249,6 +254,7 @@ FsdpModel::FsdpModel(FsdpModel&&) noexcept = default;
 FsdpModel& FsdpModel::operator=(FsdpModel&&) noexcept = default;
 
 void FsdpModel::build_groups() {
+  stats_total_ = Kokkos::View<double*>("kshard.fsdp.grad_stats_total", 2);
   for (std::size_t i = 0; i < core_->size(); ++i) {
     const auto& li = core_->info(i);
     if (i > 0 && li.in_features != core_->info(i - 1).out_features)
@@ -309,12 +315,20 @@ void FsdpModel::zero_grad() {
 }
 
 GradShardStats FsdpModel::local_grad_stats() const {
-  GradShardStats t;
+  // The groups' statistics are summed on the device, in stream order, and come
+  // to the host in ONE copy: the step's only wait for the backward pass.
+  Kokkos::View<double*> total = stats_total_;
+  fill<double>(total, 0.0);
   for (const auto& g : groups_) {
-    t.sum_squares += g.grad_stats().sum_squares;
-    t.nonfinite += g.grad_stats().nonfinite;
+    Kokkos::View<const double*> s = g.grad_stats_device();
+    Kokkos::parallel_for(
+        "kshard::fsdp_sum_grad_stats", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) {
+          total(0) += s(0);
+          total(1) += s(1);
+        });
   }
-  return t;
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), total);
+  return GradShardStats{h(0), std::int64_t(h(1))};
 }
 
 void FsdpModel::after_optimizer_step() {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kshard/error.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
 
 namespace kshard {
 
@@ -29,49 +30,70 @@ double mse(Kokkos::View<const T*> pred, Kokkos::View<const U*> target, Kokkos::V
   return sum / static_cast<double>(n);
 }
 
-// Rows with a target >= 0 (counted) and rows with a target >= vocab (bad).
-template <class Target>
-void count_targets(Kokkos::View<const Target*> targets, std::int64_t vocab, std::int64_t& counted,
-                   std::int64_t& bad) {
-  counted = 0;
-  bad = 0;
-  Kokkos::parallel_reduce(
-      "kshard::cross_entropy_count", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(targets.extent(0))),
-      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& c, std::int64_t& b) {
-        const Target t = targets(r);
-        if (t >= Target(0)) {
-          // A T target must also be integral to name a class.
-          if (t >= Target(vocab) || static_cast<Target>(static_cast<std::int64_t>(t)) != t)
-            b += 1;
-          else
-            c += 1;
-        }
-      },
-      counted, bad);
+/// One team for a whole small reduction (a few thousand rows): a fixed
+/// schedule, so the result is deterministic, and no host round trip.
+inline Kokkos::TeamPolicy<> one_team() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::TeamPolicy<>(1, 256);
+#else
+  return Kokkos::TeamPolicy<>(1, Kokkos::AUTO);
+#endif
 }
 
+// A target names a class when it is in [0, vocab) and integral; negative:
+// ignored row; anything else is bad (counted, treated as ignored).
+template <class Target>
+KOKKOS_INLINE_FUNCTION bool target_ok(Target t, std::int64_t vocab) {
+  return t >= Target(0) && t < Target(vocab) &&
+         static_cast<Target>(static_cast<std::int64_t>(t)) == t;
+}
+
+// result(0) = mean loss, result(1) = counted rows, result(2) = bad targets,
+// all written on the device in stream order (three kernels, no host wait).
 // One team per row. dlogits may alias logits: each element is read (passes
 // 1-2, and pass 3 before its own write) only by the thread that writes it, and
 // the target's logit is read before any write (barrier).
 template <class T, class Target>
-double cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
-                     Kokkos::View<const Target*> targets, T* dlogits, double inv_counted,
-                     double grad_scale) {
+void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
+                   Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
+                   Kokkos::View<double*> result) {
   using A = accum_t<T>;
-  const A g = static_cast<A>(grad_scale * inv_counted);
-  double total = 0;
-  Kokkos::parallel_reduce(
+  Kokkos::parallel_for(
+      "kshard::cross_entropy_count", one_team(), KOKKOS_LAMBDA(const Team& team) {
+        double counted = 0, bad = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, rows),
+            [&](std::int64_t r, double& c) { c += target_ok(targets(r), vocab) ? 1 : 0; },
+            counted);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, rows),
+            [&](std::int64_t r, double& b) {
+              b += (targets(r) >= Target(0) && !target_ok(targets(r), vocab)) ? 1 : 0;
+            },
+            bad);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          result(1) = counted;
+          result(2) = bad;
+        });
+      });
+  memory::Block block = memory::acquire(std::size_t(rows) * sizeof(double),
+                                        "kshard::cross_entropy.row_loss");
+  auto row_loss = block.view<double>(std::size_t(rows));
+  Kokkos::parallel_for(
       "kshard::cross_entropy", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team, double& acc) {
+      KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const T* l = logits + r * vocab;
         T* dl = dlogits + r * vocab;
         const Target tt = targets(r);
-        if (tt < Target(0)) {
+        if (!target_ok(tt, vocab)) {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
                                [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { row_loss(r) = 0; });
           return;
         }
+        const double counted = result(1);
+        const A g = static_cast<A>(grad_scale / counted);
         const std::int64_t t = static_cast<std::int64_t>(tt);
         A mx = 0;
         Kokkos::parallel_reduce(
@@ -93,10 +115,20 @@ double cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
           dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
         });
         Kokkos::single(Kokkos::PerTeam(team),
-                       [&]() { acc += static_cast<double>(lse - lt); });
-      },
-      total);
-  return total * inv_counted;
+                       [&]() { row_loss(r) = static_cast<double>(lse - lt); });
+      });
+  Kokkos::parallel_for(
+      "kshard::cross_entropy_total", one_team(), KOKKOS_LAMBDA(const Team& team) {
+        double total = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, rows),
+            [&](std::int64_t r, double& s) { s += row_loss(r); }, total);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          result(0) = result(1) > 0 ? total / result(1) : 0.0;
+        });
+      });
+  // The row buffer goes back to the pool with the kernels queued: later users
+  // are ordered after them (kshard/mesh/buffer_pool.hpp).
 }
 
 }  // namespace detail::loss
@@ -115,10 +147,11 @@ double mse_loss(Kokkos::View<const T*> pred,
   return detail::loss::mse<T, U>(pred, target, dpred, grad_scale);
 }
 
+namespace {
 template <class T, class Target>
-double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
+std::string check_ce_args(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
                           Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
-                          double grad_scale) {
+                          std::size_t result_size) {
   const std::string who = "cross_entropy_loss(rows=" + std::to_string(rows) +
                           ", vocab=" + std::to_string(vocab) + ")";
   if (rows <= 0 || vocab <= 0) throw Error(who, "rows > 0 and vocab > 0");
@@ -130,20 +163,51 @@ double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std:
   size("logits", logits.extent(0), rows * vocab);
   size("dlogits", dlogits.extent(0), rows * vocab);
   size("targets", targets.extent(0), rows);
-  std::int64_t counted = 0, bad = 0;
-  detail::loss::count_targets<Target>(targets, vocab, counted, bad);
-  if (bad != 0)
-    throw Error(who + ": " + std::to_string(bad) + " targets are >= vocab or not integers",
+  if (result_size < 3) size("result", result_size, 3);
+  return who;
+}
+}  // namespace
+
+template <class T, class Target>
+void cross_entropy_loss_async(Kokkos::View<const T*> logits, std::int64_t rows,
+                              std::int64_t vocab, Kokkos::View<const Target*> targets,
+                              Kokkos::View<T*> dlogits, double grad_scale,
+                              Kokkos::View<double*> result) {
+  check_ce_args<T, Target>(logits, rows, vocab, targets, dlogits, result.extent(0));
+  detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, dlogits.data(),
+                                         grad_scale, result);
+}
+
+double cross_entropy_result(Kokkos::View<const double*> result, std::int64_t rows,
+                            std::int64_t vocab) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result);
+  if (h(2) != 0)
+    throw Error("cross_entropy_loss(rows=" + std::to_string(rows) + ", vocab=" +
+                    std::to_string(vocab) + "): " + std::to_string(std::int64_t(h(2))) +
+                    " targets are >= vocab or not integers",
                 "targets in [0, vocab), or negative to ignore a row");
-  const double inv = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
-  return detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets,
-                                                dlogits.data(), inv, grad_scale);
+  return h(0);
+}
+
+template <class T, class Target>
+double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
+                          Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
+                          double grad_scale) {
+  check_ce_args<T, Target>(logits, rows, vocab, targets, dlogits, 3);
+  memory::Block block = memory::acquire(3 * sizeof(double), "kshard::cross_entropy.result");
+  auto result = block.view<double>(3);
+  detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, dlogits.data(),
+                                         grad_scale, result);
+  return cross_entropy_result(result, rows, vocab);
 }
 
 #define KSHARD_CE_INSTANTIATE(T, Target)                                                  \
   template double cross_entropy_loss<T, Target>(Kokkos::View<const T*>, std::int64_t,     \
                                                 std::int64_t, Kokkos::View<const Target*>, \
-                                                Kokkos::View<T*>, double);
+                                                Kokkos::View<T*>, double);                 \
+  template void cross_entropy_loss_async<T, Target>(                                      \
+      Kokkos::View<const T*>, std::int64_t, std::int64_t, Kokkos::View<const Target*>,    \
+      Kokkos::View<T*>, double, Kokkos::View<double*>);
 #define KSHARD_MSE_INSTANTIATE(T, U)                                                     \
   template double mse_loss<T, U>(Kokkos::View<const T*>,                                  \
                                  std::common_type<Kokkos::View<const U*>>::type,          \

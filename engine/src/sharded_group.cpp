@@ -53,6 +53,7 @@ ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs
   const std::size_t shard = std::size_t(index_.shard_numel());
   master_ = alloc_f32(name_ + ".master", shard, true);
   grad_ = alloc_f32(name_ + ".grad", shard, true);
+  grad_stats_ = Kokkos::View<double*>(name_ + ".grad_stats", 2);
   if (is_16bit(recipe_.gather_dtype) && keep_low_precision_shard)
     lp_shard_ = alloc_bytes(name_ + ".shard_lp", 2 * shard);
   else if (recipe_.fp8_init)
@@ -168,7 +169,9 @@ void ShardedGroup::start_unshard() {
 void ShardedGroup::finish_unshard() {
   if (unsharded_) return;
   if (!gather_started_) start_unshard();
-  gather_req_.wait();
+  // The compute stream waits for the gather; the host does not, so the
+  // kernels queued before (the previous unit's compute) keep the GPU busy.
+  gather_req_.wait_on_device();
   gather_started_ = false;
   send_tmp_.reset();
   if (recipe_.gather_dtype == DType::e4m3) {
@@ -290,28 +293,40 @@ void ShardedGroup::start_reduce_grads() {
 
 void ShardedGroup::finish_reduce_grads() {
   if (!reduce_started_) start_reduce_grads();
-  reduce_req_.wait();
+  // Device-side waits only: the reduction overlaps the backward kernels queued
+  // after it started, and nothing here blocks the host.
+  reduce_req_.wait_on_device();
   reduce_started_ = false;
   const std::size_t shard = std::size_t(index_.shard_numel());
   const bool hsdp = replicate_comm_.size() > 1;
   // (HSDP) average over the replicas, then accumulate into the shard,
-  // computing the optimizer's statistics on the way.
+  // computing the optimizer's statistics on the way (into grad_stats_, on the
+  // device).
   auto finish = [&](auto tag) {
     using T = decltype(tag);
     auto r = rs_recv_.view<T>(shard);
-    if (hsdp) replicate_comm_.all_reduce(r, ReduceOp::avg);
-    grad_stats_ = accumulate_with_stats<T>(r, grad_);
+    if (hsdp) {
+      replicate_req_ = replicate_comm_.all_reduce_async(r, r, ReduceOp::avg);
+      replicate_req_.wait_on_device();
+    }
+    accumulate_with_stats<T>(r, grad_, grad_stats_);
   };
   if (recipe_.reduce_dtype == DType::f32)
     finish(float{});
   else
     with_16bit_type(recipe_.reduce_dtype, finish);
-  // accumulate_with_stats returned host numbers, so its kernel is done: the
-  // buffers go back to the pool with no work of ours still queued on them.
+  // Back to the pool with the accumulation still queued: safe, because every
+  // later user of these blocks is ordered after it (kernels on the same
+  // stream; collectives wait for that stream when they start).
   rs_send_.reset();
   rs_recv_.reset();
   grad_views_.clear();
   grad_full_.reset();
+}
+
+GradShardStats ShardedGroup::grad_stats() const {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grad_stats_);
+  return GradShardStats{h(0), std::int64_t(h(1))};
 }
 
 std::vector<float> ShardedGroup::gather_master() const {
@@ -326,7 +341,7 @@ std::vector<float> ShardedGroup::gather_master() const {
 
 void ShardedGroup::zero_grad() {
   fill<float>(grad_, 0.0f);
-  grad_stats_ = GradShardStats{};
+  fill<double>(grad_stats_, 0.0);
 }
 
 std::size_t ShardedGroup::persistent_bytes() const noexcept {

@@ -31,6 +31,12 @@ void Request::wait() {
   op->wait();
 }
 
+void Request::wait_on_device() {
+  if (!op_) return;
+  auto op = std::move(op_);
+  op->wait_on_device();
+}
+
 bool Request::test() {
   if (!op_) return true;
   if (!op_->test()) return false;

@@ -1,10 +1,16 @@
 // The NCCL backend (CUDA builds with KSHARD_ENABLE_NCCL).
 //
-// Ordering: every collective is enqueued on the stream of Kokkos' default
-// execution space instance, so it sees all kernels launched before it and
-// kernels launched after it see its result, without a fence. Blocking calls
-// then synchronise that stream; non-blocking ones record an event that wait()
-// synchronises (after wait() the data is usable from host and device).
+// Ordering: each communicator owns one CUDA stream (non-blocking, highest
+// priority, so NCCL's kernels get SMs while compute kernels fill the GPU) and
+// runs ALL its collectives there, in call order — NCCL requires one order per
+// communicator, and one stream gives it. At each call the stream is made to
+// wait for an event recorded on the Kokkos default execution space's stream,
+// so the collective sees every kernel launched before it. Blocking calls then
+// synchronise the communicator's stream. Non-blocking ones record a done event:
+// Request::wait() synchronises it (host), Request::wait_on_device() makes the
+// default stream wait for it (no host block), so compute launched after the
+// call overlaps the collective. This is FSDP2's all-gather/reduce-scatter
+// stream pattern with the streams owned by the communicators.
 //
 // Memory: NCCL moves device memory. Host-accessible Views (MemKind::host:
 // HostSpace, CudaHostPinnedSpace, CudaUVMSpace) are staged through device
@@ -154,6 +160,14 @@ class NcclOp final : public PendingOp {
     stage_.copy_back();
     stage_ = HostStage{};  // free the staging buffers now, not when the Request dies
   }
+  void wait_on_device() override {
+    if (done_) return;
+    // A result staged for host memory needs the host copy: wait for it.
+    if (stage_.host_recv) return wait();
+    check_cuda(cudaStreamWaitEvent(kokkos_stream(), ev_, 0),
+               "cudaStreamWaitEvent of the compute stream on an NCCL collective");
+    done_ = true;
+  }
   bool test() override {
     if (done_) return true;
     const cudaError_t e = cudaEventQuery(ev_);
@@ -189,6 +203,10 @@ class NcclComm final : public CommImpl {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && comm_) (void)ncclCommDestroy(comm_);
+    if (!finalized) {
+      if (ready_) (void)cudaEventDestroy(ready_);
+      if (stream_) (void)cudaStreamDestroy(stream_);
+    }
     // A communicator that outlives Kokkos::finalize must not free Kokkos
     // allocations (Kokkos aborts): leak the staging caches instead.
     if (!Kokkos::is_initialized()) {
@@ -324,7 +342,11 @@ class NcclComm final : public CommImpl {
     // ranks agree on the counts, so all of them skip: nothing can hang.
     if (sbytes == 0 && rbytes == 0) return nullptr;
 
-    const cudaStream_t stream = kokkos_stream();
+    const cudaStream_t stream = comm_stream();
+    // The collective starts after everything queued on the compute stream.
+    check_cuda(cudaEventRecord(ready_, kokkos_stream()), "cudaEventRecord before " + describe(kind, a));
+    check_cuda(cudaStreamWaitEvent(stream, ready_, 0),
+               "cudaStreamWaitEvent of the communicator's stream before " + describe(kind, a));
     const ncclDataType_t dt = nccl_type(a.dtype);
     const void* s = a.send;
     void* r = a.recv;
@@ -383,6 +405,19 @@ class NcclComm final : public CommImpl {
     return std::make_unique<NcclOp>(ev, std::move(stage));
   }
 
+  /// The communicator's stream (and its reusable ready event), made at first use.
+  cudaStream_t comm_stream() {
+    if (stream_) return stream_;
+    int least = 0, greatest = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+               "cudaDeviceGetStreamPriorityRange");
+    check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest),
+               "cudaStreamCreateWithPriority for communicator '" + name() + "'");
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming),
+               "cudaEventCreateWithFlags for communicator '" + name() + "'");
+    return stream_;
+  }
+
   std::string describe(CollKind kind, const CollArgs& a) const {
     return std::string(nccl_call_name(kind)) + " on '" + name() + "' (" + dtype_name(a.dtype) + ", " +
            std::to_string(kind == CollKind::reduce_scatter ? a.recv_count : a.send_count) +
@@ -391,6 +426,8 @@ class NcclComm final : public CommImpl {
 
   ncclComm_t comm_ = nullptr;
   int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // re-recorded at each call (a wait binds the record it sees)
   DeviceBytes send_cache_, recv_cache_;
 };
 

@@ -132,6 +132,7 @@ class FsdpModel {
   FsdpOptions options_;
   std::vector<ShardedGroup> groups_;
   std::unique_ptr<detail::FsdpCoreBase> core_;
+  Kokkos::View<double*> stats_total_;  // device scratch of local_grad_stats()
 };
 
 }  // namespace kshard

@@ -38,4 +38,17 @@ double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std:
                           Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
                           double grad_scale = 1.0);
 
+/// The same without waiting for the device (a training step launches its
+/// backward behind it): result (3 doubles of the default memory space)
+/// receives {mean loss, counted rows, bad targets} in stream order. A bad
+/// target's row is treated as ignored; cross_entropy_result() reads the result
+/// (waits) and throws kshard::Error when a target was bad.
+template <class T, class Target>
+void cross_entropy_loss_async(Kokkos::View<const T*> logits, std::int64_t rows,
+                              std::int64_t vocab, Kokkos::View<const Target*> targets,
+                              Kokkos::View<T*> dlogits, double grad_scale,
+                              Kokkos::View<double*> result);
+double cross_entropy_result(Kokkos::View<const double*> result, std::int64_t rows,
+                            std::int64_t vocab);
+
 }  // namespace kshard

@@ -117,7 +117,10 @@ class ShardedGroup {
   /// Sum of squares and inf/NaN count of the gradient shard as the group last
   /// wrote it (computed in the same kernel that accumulates each reduction;
   /// zero after zero_grad()), so the optimizer need not read it again.
-  const GradShardStats& grad_stats() const noexcept { return grad_stats_; }
+  /// grad_stats() copies them to the host (waits for the reduction);
+  /// grad_stats_device() is the 2-element device View they live in.
+  GradShardStats grad_stats() const;
+  Kokkos::View<const double*> grad_stats_device() const noexcept { return grad_stats_; }
 
   /// The f32 master parameters of the whole group (all-gathered; padding
   /// dropped), on the host. Collective over the shard communicator.
@@ -155,9 +158,9 @@ class ShardedGroup {
   memory::Block grad_full_;  // f32 unsharded gradient
   std::vector<Kokkos::View<float*>> grad_views_;
   memory::Block rs_send_, rs_recv_;
-  Request reduce_req_;
+  Request reduce_req_, replicate_req_;
   bool reduce_started_ = false;
-  GradShardStats grad_stats_;
+  Kokkos::View<double*> grad_stats_;  // {sum of squares, inf/NaN count} on the device
 };
 
 }  // namespace kshard

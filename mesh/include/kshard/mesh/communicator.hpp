@@ -9,11 +9,27 @@
 //   req.wait();
 //
 // Same API for the MPI backend (host memory; device memory staged through
-// pinned host mirrors) and the NCCL backend (device memory, ordered on the
-// Kokkos default execution space's stream). Local size/type errors are
+// pinned host mirrors) and the NCCL backend (device memory). Local size/type
+// errors are
 // rejected at compile time or before anything moves; with validation on (the
 // default) all ranks also agree on op, dtype and counts before the data moves,
 // so a mismatch is a kshard::Error on every rank instead of a hang or garbage.
+//
+// Ordering against the caller's kernels (all on the default execution space):
+//  - Every collective starts after the kernels launched before the call (the
+//    send buffer may be produced by one without a fence).
+//  - Blocking calls return with the result complete (host and device).
+//  - Non-blocking calls (NCCL) run on a stream owned by the communicator, made
+//    to wait for the default execution space's stream by a CUDA event at the
+//    call, so they overlap the kernels launched after the call. The
+//    communicator's own collectives run in call order. Request::wait_on_device()
+//    makes the default execution space wait for the result (an event again)
+//    without blocking the host; Request::wait() blocks the host.
+//  - MPI: non-blocking calls progress on the host; both waits block the host.
+//  - Buffers: a buffer the collective reads or writes must stay allocated and
+//    untouched by later kernels until the request is completed (either wait);
+//    memory given back after that may be reused by any kernel or collective
+//    launched later (see kshard/mesh/buffer_pool.hpp).
 #include <memory>
 #include <string>
 #include <type_traits>
