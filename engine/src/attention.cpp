@@ -98,19 +98,28 @@ void causal_softmax_backward_rows(Kokkos::View<const T*> prob, Kokkos::View<T*> 
 }
 
 template <class T>
-void causal_attention_forward(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
-                              Kokkos::View<T*> ctx, std::int64_t batch, std::int64_t seq,
-                              std::int64_t d, std::int64_t heads) {
+void causal_attention_probs(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                            std::int64_t batch, std::int64_t seq, std::int64_t d,
+                            std::int64_t heads) {
   using A = accum_t<T>;
   const std::int64_t hd = d / heads, ld = 3 * d, ss = seq * seq;
   const A scale = A(1) / std::sqrt(static_cast<A>(hd));
   const T* q = qkv.data();
   const T* k = q + d;
-  const T* v = q + 2 * d;
   // scores[b, h] = scale * Q_bh K_bh^T   ([seq, hd] x [hd, seq])
   gemm_batch_heads<T>(Trans::N, Trans::T, seq, seq, hd, scale, q, ld, seq * ld, hd, k, ld,
                       seq * ld, hd, A(0), prob.data(), seq, heads * ss, ss, batch, heads);
   causal_softmax_rows<T>(prob, batch * heads * seq, seq);
+}
+
+template <class T>
+void causal_attention_forward(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                              Kokkos::View<T*> ctx, std::int64_t batch, std::int64_t seq,
+                              std::int64_t d, std::int64_t heads) {
+  using A = accum_t<T>;
+  const std::int64_t hd = d / heads, ld = 3 * d, ss = seq * seq;
+  const T* v = qkv.data() + 2 * d;
+  causal_attention_probs<T>(qkv, prob, batch, seq, d, heads);
   // ctx[b, :, h] = P_bh V_bh   ([seq, seq] x [seq, hd]), heads side by side in ctx rows
   gemm_batch_heads<T>(Trans::N, Trans::N, seq, hd, seq, A(1), prob.data(), seq, heads * ss, ss, v,
                       ld, seq * ld, hd, A(0), ctx.data(), d, seq * d, hd, batch, heads);
@@ -151,6 +160,9 @@ void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*
   template void causal_softmax_rows<T>(Kokkos::View<T*>, std::int64_t, std::int64_t);          \
   template void causal_softmax_backward_rows<T>(Kokkos::View<const T*>, Kokkos::View<T*>,      \
                                                 std::int64_t, std::int64_t);                   \
+  template void causal_attention_probs<T>(Kokkos::View<const T*>, Kokkos::View<T*>,            \
+                                          std::int64_t, std::int64_t, std::int64_t,            \
+                                          std::int64_t);                                       \
   template void causal_attention_forward<T>(Kokkos::View<const T*>, Kokkos::View<T*>,          \
                                             Kokkos::View<T*>, std::int64_t, std::int64_t,      \
                                             std::int64_t, std::int64_t);                       \
@@ -174,6 +186,7 @@ AttentionImpl attention_impl() noexcept {
     AttentionImpl a = AttentionImpl::automatic;
     if (e && std::strcmp(e, "unfused") == 0) a = AttentionImpl::unfused;
     if (e && std::strcmp(e, "fused") == 0) a = AttentionImpl::fused;
+    if (e && std::strcmp(e, "recompute") == 0) a = AttentionImpl::recompute;
     v = int(a);
     g_impl = v;
   }
@@ -181,19 +194,25 @@ AttentionImpl attention_impl() noexcept {
 }
 
 template <class T>
-bool uses_fused_attention() noexcept {
-  switch (attention_impl()) {
-    case AttentionImpl::fused: return true;
-    case AttentionImpl::unfused: return false;
-    default: break;
-  }
+AttentionImpl resolved_attention_impl() noexcept {
+  const AttentionImpl a = attention_impl();
+  if (a != AttentionImpl::automatic) return a;
 #if defined(KOKKOS_ENABLE_CUDA)
-  return is_low_precision_v<T>;
+  // f32/f64 on CUDA: cuBLAS products (the portable fused kernel has no tensor
+  // cores), without keeping [B, H, T, T] per layer alive until backward.
+  return is_low_precision_v<T> ? AttentionImpl::fused : AttentionImpl::recompute;
 #else
-  return true;
+  return AttentionImpl::fused;
 #endif
 }
-#define KSHARD_USES_FUSED(T) template bool uses_fused_attention<T>() noexcept;
+
+template <class T>
+bool uses_fused_attention() noexcept {
+  return resolved_attention_impl<T>() == AttentionImpl::fused;
+}
+#define KSHARD_USES_FUSED(T)                                          \
+  template bool uses_fused_attention<T>() noexcept;                  \
+  template AttentionImpl resolved_attention_impl<T>() noexcept;
 KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_USES_FUSED)
 #undef KSHARD_USES_FUSED
 
@@ -225,19 +244,26 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
                                      const ConstViews& params, Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
-  fused_ = uses_fused_attention<T>();
+  path_ = resolved_attention_impl<T>();
   detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
   detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
   qkv_proj_.forward(x, shape, detail::slice(params, 0, 2), qkv_);
-  if (fused_) {
+  const std::int64_t probs = shape.batch * heads_ * shape.seq * shape.seq;
+  if (path_ == AttentionImpl::fused) {
     prob_ = {};
     detail::ensure_size(lse_, flash_attention_rows(shape.batch, shape.seq, heads_),
                         "kshard::CausalSelfAttention::lse");
     flash_attention_forward<T>(qkv_, ctx_, lse_, shape.batch, shape.seq, d_, heads_);
+  } else if (path_ == AttentionImpl::recompute) {
+    // The probabilities live in a pool block for this forward only; backward
+    // computes them again (bitwise the same: same kernels, same inputs).
+    prob_ = {};
+    lse_ = {};
+    auto p = detail::scratch<T>(probs, "kshard::CausalSelfAttention::prob_tmp");
+    detail::causal_attention_forward<T>(qkv_, p.view, ctx_, shape.batch, shape.seq, d_, heads_);
   } else {
     lse_ = {};
-    detail::ensure_size(prob_, shape.batch * heads_ * shape.seq * shape.seq,
-                        "kshard::CausalSelfAttention::prob");
+    detail::ensure_size(prob_, probs, "kshard::CausalSelfAttention::prob");
     detail::causal_attention_forward<T>(qkv_, prob_, ctx_, shape.batch, shape.seq, d_, heads_);
   }
   out_proj_.forward(ctx_, shape, detail::slice(params, 2, 2), y);
@@ -253,11 +279,18 @@ void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstView
   auto dctx = detail::scratch<T>(rows * d_, "kshard::CausalSelfAttention::dctx");
   auto dqkv = detail::scratch<T>(rows * 3 * d_, "kshard::CausalSelfAttention::dqkv");
   out_proj_.backward(dy, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dctx.view);
-  if (fused_) {
+  if (path_ == AttentionImpl::fused) {
     auto delta = detail::scratch<accum_t<T>>(static_cast<std::int64_t>(lse_.extent(0)),
                                              "kshard::CausalSelfAttention::delta");
     flash_attention_backward<T>(qkv_, ctx_, dctx.view, lse_, dqkv.view, shape_.batch,
                                 shape_.seq, d_, heads_, delta.view);
+  } else if (path_ == AttentionImpl::recompute) {
+    const std::int64_t probs = shape_.batch * heads_ * shape_.seq * shape_.seq;
+    auto p = detail::scratch<T>(probs, "kshard::CausalSelfAttention::prob_tmp");
+    detail::causal_attention_probs<T>(qkv_, p.view, shape_.batch, shape_.seq, d_, heads_);
+    auto dprob = detail::scratch<T>(probs, "kshard::CausalSelfAttention::dprob");
+    detail::causal_attention_backward<T>(qkv_, p.view, dctx.view, dprob.view, dqkv.view,
+                                         shape_.batch, shape_.seq, d_, heads_);
   } else {
     auto dprob = detail::scratch<T>(static_cast<std::int64_t>(prob_.extent(0)),
                                     "kshard::CausalSelfAttention::dprob");

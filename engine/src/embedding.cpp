@@ -1,4 +1,5 @@
 #include "kshard/engine/embedding.hpp"
+#include "kshard/engine/cast.hpp"
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
@@ -179,7 +180,8 @@ void Embedding<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   detail::embedding::backward<T>(ids_, dy, grads[0],
                                  pos ? grads[1] : Kokkos::View<accum_t<T>*>(), pos, shape_.batch,
                                  shape_.seq, d_);
-  Kokkos::deep_copy(dx, from_accum<T>(accum_t<T>(0)));
+  // (A fill kernel, not deep_copy: Kokkos 3.4's deep_copy of a value fences.)
+  fill<T>(dx, from_accum<T>(accum_t<T>(0)));
 }
 
 template <class T>

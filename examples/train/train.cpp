@@ -126,9 +126,10 @@ int run(kshard::Session& session, int argc, char** argv) {
   const int shard_n = mesh.shard_size();
 
   kshard::set_allow_tf32(o.tf32);
-  kshard::set_attention_impl(o.attention == "fused"     ? kshard::AttentionImpl::fused
-                             : o.attention == "unfused" ? kshard::AttentionImpl::unfused
-                                                        : kshard::AttentionImpl::automatic);
+  kshard::set_attention_impl(o.attention == "fused"       ? kshard::AttentionImpl::fused
+                             : o.attention == "unfused"   ? kshard::AttentionImpl::unfused
+                             : o.attention == "recompute" ? kshard::AttentionImpl::recompute
+                                                          : kshard::AttentionImpl::automatic);
   auto model = build_model(mesh, o);
   model->init_parameters(o.seed);
 

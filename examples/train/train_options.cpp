@@ -86,8 +86,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "bf16/fp16: keep a 16-bit copy of each shard, written by the optimizer (2 B/param more, "
      "no cast per all-gather)")
     ("attention", po::value<std::string>(&o.attention)->default_value(o.attention),
-     "attention core: auto (fused except f32 on CUDA), fused (online softmax, no [B,H,T,T] "
-     "buffer) or unfused (the reference)")
+     "attention core: auto (fused; recompute for f32 on CUDA), fused (online softmax, no "
+     "[B,H,T,T] buffer), unfused (the reference: probabilities kept for backward) or recompute "
+     "(unfused kernels, probabilities computed again in backward)")
     ("fp8-init", po::bool_switch(&o.fp8_init), "keep the sharded parameters in fp8 (fp8 recipe only)")
     ("layers", po::value<int>(&o.layers)->default_value(o.layers), "transformer layers")
     ("width", po::value<int>(&o.width)->default_value(o.width), "model width d (MLP hidden 4d)")
@@ -152,9 +153,10 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
                       " is not valid; expected a non-negative number (0: no clipping)");
   if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8")
     throw OptionError("--recipe '" + o.recipe + "' is unknown; expected one of fp32, bf16, fp16, fp8");
-  if (o.attention != "auto" && o.attention != "fused" && o.attention != "unfused")
+  if (o.attention != "auto" && o.attention != "fused" && o.attention != "unfused" &&
+      o.attention != "recompute")
     throw OptionError("--attention '" + o.attention +
-                      "' is unknown; expected auto, fused or unfused");
+                      "' is unknown; expected auto, fused, unfused or recompute");
   if (o.fp8_init && o.recipe != "fp8")
     throw OptionError("--fp8-init with --recipe " + o.recipe +
                       "; expected --fp8-init only with --recipe fp8");

@@ -2,7 +2,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -22,7 +25,23 @@ struct Registry {
   std::uint64_t seq = 0;
   Stats s;
   bool installed = false;
+  // Live bytes per folded label, and a copy of it taken at each new peak (a
+  // few dozen entries: cheap next to the allocation it follows).
+  std::map<std::string, std::int64_t> by_kind, at_peak;
 };
+
+std::string fold_digits(const std::string& label) {
+  std::string out;
+  for (std::size_t i = 0; i < label.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(label[i]))) {
+      out += '*';
+      while (i + 1 < label.size() && std::isdigit(static_cast<unsigned char>(label[i + 1]))) ++i;
+    } else {
+      out += label[i];
+    }
+  }
+  return out;
+}
 Registry& reg() {
   static Registry* r = new Registry;  // never destroyed: Views may die after static destructors
   return *r;
@@ -37,12 +56,21 @@ bool is_cache(const char* label) {
 void add_live(Registry& r, const char* label, const void* ptr, std::uint64_t size) {
   r.s.live_bytes += std::int64_t(size);
   ++r.s.live_allocs;
-  if (r.s.live_bytes > r.s.peak_bytes) r.s.peak_bytes = r.s.live_bytes;
-  r.live[ptr] = Alloc{label, size, ++r.seq};
+  Alloc a{label, size, ++r.seq};
+  r.by_kind[fold_digits(a.label)] += std::int64_t(size);
+  if (r.s.live_bytes > r.s.peak_bytes) {
+    r.s.peak_bytes = r.s.live_bytes;
+    r.at_peak = r.by_kind;
+  }
+  r.live[ptr] = std::move(a);
 }
 
 void remove_live(Registry& r, const void* ptr, std::uint64_t size) {
-  if (r.live.erase(ptr) == 0) return;  // allocated before install()
+  const auto it = r.live.find(ptr);
+  if (it == r.live.end()) return;  // allocated before install()
+  auto k = r.by_kind.find(fold_digits(it->second.label));
+  if (k != r.by_kind.end() && (k->second -= std::int64_t(size)) == 0) r.by_kind.erase(k);
+  r.live.erase(it);
   r.s.live_bytes -= std::int64_t(size);
   --r.s.live_allocs;
 }
@@ -104,6 +132,43 @@ void reset_peak() noexcept {
   Registry& r = reg();
   std::lock_guard<std::mutex> lock(r.mu);
   r.s.peak_bytes = r.s.live_bytes;
+  try {
+    r.at_peak = r.by_kind;
+  } catch (...) {
+    r.at_peak.clear();  // only the report suffers
+  }
+}
+
+std::vector<std::pair<std::string, std::int64_t>> peak_breakdown() {
+  Registry& r = reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::pair<std::string, std::int64_t>> v(r.at_peak.begin(), r.at_peak.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return v;
+}
+
+std::string peak_report(std::size_t max_items) {
+  const auto v = peak_breakdown();
+  std::string out;
+  std::int64_t total = 0, rest = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    total += v[i].second;
+    if (i >= max_items) {
+      rest += v[i].second;
+      continue;
+    }
+    char line[64];
+    std::snprintf(line, sizeof line, "  %10.1f MiB  ", double(v[i].second) / (1 << 20));
+    out += line + v[i].first + "\n";
+  }
+  char tail[96];
+  if (rest) {
+    std::snprintf(tail, sizeof tail, "  %10.1f MiB  (%zu more labels)\n", double(rest) / (1 << 20),
+                  v.size() - max_items);
+    out += tail;
+  }
+  std::snprintf(tail, sizeof tail, "  %10.1f MiB  total at the peak\n", double(total) / (1 << 20));
+  return out + tail;
 }
 
 std::uint64_t allocation_count() noexcept {

@@ -1,7 +1,9 @@
 #include "kshard/mesh/session.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "device.hpp"
 #include "kshard/mesh/memory_tracker.hpp"
@@ -86,6 +88,13 @@ Session::Session(int& argc, char**& argv, SessionOptions options) {
 }
 
 Session::~Session() {
+  // A diagnostic like NCCL_DEBUG: what the last peak (since reset_peak) was made of.
+  if (const char* rep = std::getenv("KSHARD_MEMORY_REPORT"); rep && *rep && *rep != '0') {
+    const std::string text = "[rank " + std::to_string(rank_) + "] kshard memory at the last peak:\n" +
+                             memory::peak_report();
+    std::fprintf(stderr, "%s", text.c_str());
+    std::fflush(stderr);
+  }
   nccl_world_ = Communicator();
   mpi_world_ = Communicator();
   detail::mpi_free_ops();

@@ -19,9 +19,30 @@
 // against: score and context products as strided-batched GEMMs over heads
 // read in place from the qkv activation, a causal softmax with one Kokkos
 // team per score row, and the probabilities [batch, heads, seq, seq] saved.
+// The recompute path runs the same unfused kernels but keeps the
+// probabilities only inside one forward or backward (a pool block shared by
+// all layers) and computes them again in backward: one more score GEMM and
+// softmax per layer instead of B*H*T*T elements per layer alive from forward
+// to backward (the default for f32 on CUDA).
 #include "kshard/engine/linear.hpp"
 
 namespace kshard {
+
+/// Process-wide choice of the attention core for the next forwards.
+/// automatic (the default; KSHARD_ATTENTION=fused|unfused|recompute overrides
+/// it): the fused kernel wherever it is the fast one, i.e. everywhere except
+/// f32/f64 on CUDA, where only the portable Kokkos kernel exists (no tensor
+/// cores; 7-14x slower than the cuBLAS-based unfused path on the H200,
+/// bench/attention): there, recompute.
+enum class AttentionImpl { automatic, fused, unfused, recompute };
+void set_attention_impl(AttentionImpl impl) noexcept;
+AttentionImpl attention_impl() noexcept;
+/// The path a forward in compute type T takes now (automatic resolved).
+template <class T>
+AttentionImpl resolved_attention_impl() noexcept;
+/// Whether a forward in compute type T uses the fused kernel now.
+template <class T>
+bool uses_fused_attention() noexcept;
 
 template <class T>
 class CausalSelfAttention final : public Layer<T> {
@@ -48,7 +69,7 @@ class CausalSelfAttention final : public Layer<T> {
   std::int64_t d_, heads_;
   Linear<T> qkv_proj_, out_proj_;
   bool saved_ = false;
-  bool fused_ = true;  // the path of the saved forward
+  AttentionImpl path_ = AttentionImpl::fused;  // the path of the saved forward
   ActShape shape_{};
   Kokkos::View<T*> qkv_;   // [rows, 3d]
   Kokkos::View<T*> prob_;  // unfused: [batch, heads, seq, seq]
@@ -56,19 +77,12 @@ class CausalSelfAttention final : public Layer<T> {
   Kokkos::View<T*> ctx_;   // [rows, d]
 };
 
-/// Process-wide choice of the attention core for the next forwards.
-/// automatic (the default; KSHARD_ATTENTION=fused|unfused overrides it): the
-/// fused kernel wherever it is the fast one, i.e. everywhere except f32/f64 on
-/// CUDA, where only the portable Kokkos kernel exists (no tensor cores; 7-14x
-/// slower than the cuBLAS-based unfused path on the H200, bench/attention).
-enum class AttentionImpl { automatic, fused, unfused };
-void set_attention_impl(AttentionImpl impl) noexcept;
-AttentionImpl attention_impl() noexcept;
-/// Whether a forward in compute type T uses the fused kernel now.
-template <class T>
-bool uses_fused_attention() noexcept;
-
 namespace detail {
+/// The causal probabilities alone (score GEMM + softmax) into prob.
+template <class T>
+void causal_attention_probs(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                            std::int64_t batch, std::int64_t seq, std::int64_t d,
+                            std::int64_t heads);
 /// Attention core on a packed qkv [batch*seq, 3d]: prob and ctx as above.
 template <class T>
 void causal_attention_forward(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,

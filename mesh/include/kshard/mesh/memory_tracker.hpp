@@ -16,6 +16,8 @@
 // note_release), so leaks and peaks see pooled memory like any View.
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kshard::memory {
 
@@ -38,5 +40,12 @@ void note_release(const void* ptr, std::uint64_t size);
 std::uint64_t allocation_count() noexcept;
 /// "'label' 4000 B, ..." of live non-cache allocations made after allocation `since`.
 std::string live_labels_since(std::uint64_t since, std::size_t max_items);
+/// What was live at the last peak (since reset_peak()), by label with every
+/// run of digits folded to '*' ("layers.*.full": all units together), largest
+/// first: the answer to "what makes the peak". KSHARD_MEMORY_REPORT=1 makes
+/// Session print it on each rank at exit.
+std::vector<std::pair<std::string, std::int64_t>> peak_breakdown();
+/// peak_breakdown() as text, one "  <bytes MiB>  <label>" line per entry.
+std::string peak_report(std::size_t max_items = 24);
 
 }  // namespace kshard::memory
