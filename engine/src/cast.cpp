@@ -42,6 +42,16 @@ struct Scale {
 
 // dst += src with (sum of squares, non-finite count) of the result, as one
 // array reduction.
+template <class T, class I>
+KOKKOS_INLINE_FUNCTION float grad_write_value(GradWrite mode, const Kokkos::View<float*>& d,
+                                              const Kokkos::View<const T*>& s, I i) {
+  switch (mode) {
+    case GradWrite::add: return d(i) + to_float(s(i));
+    case GradWrite::assign: return to_float(s(i));
+    default: return d(i);
+  }
+}
+
 template <class T>
 struct AccumulateStats {
   using value_type = double[];
@@ -49,9 +59,10 @@ struct AccumulateStats {
   unsigned value_count = 2;
   Kokkos::View<const T*> s;
   Kokkos::View<float*> d;
+  GradWrite mode = GradWrite::add;
   KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, value_type acc) const {
-    const float v = d(i) + to_float(s(i));
-    d(i) = v;
+    const float v = grad_write_value(mode, d, s, i);
+    if (mode != GradWrite::none) d(i) = v;
     if (v - v == 0.0f) {  // finite: inf - inf and NaN - NaN are NaN
       acc[0] += double(v) * double(v);
     } else {
@@ -92,13 +103,13 @@ void cast_to_f32(Kokkos::View<const T*> src, Kokkos::View<float*> dst, bool accu
 
 template <class T>
 void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
-                           Kokkos::View<double*> stats) {
-  check_same(src.extent(0), dst.extent(0), "accumulate_with_stats");
+                           Kokkos::View<double*> stats, GradWrite mode) {
+  if (mode != GradWrite::none) check_same(src.extent(0), dst.extent(0), "accumulate_with_stats");
   if (stats.extent(0) < 2)
     throw Error("accumulate_with_stats: stats has " + std::to_string(stats.extent(0)) +
                     " elements",
                 "2 (sum of squares, inf/NaN count)");
-  if (src.extent(0) == 0) {
+  if (dst.extent(0) == 0) {
     fill<double>(stats, 0.0);
     return;
   }
@@ -110,7 +121,7 @@ void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
   using Member = Kokkos::TeamPolicy<>::member_type;
   constexpr int kT = compat::kTeamThreads;
   constexpr std::int64_t per_team = std::int64_t(kT) * compat::kElementsPerThread;
-  const std::int64_t n = std::int64_t(src.extent(0));
+  const std::int64_t n = std::int64_t(dst.extent(0));
   const std::int64_t league = (n + per_team - 1) / per_team;
   memory::Block block = memory::acquire(std::size_t(2 * league) * sizeof(double),
                                         "kshard::accumulate_with_stats");
@@ -122,8 +133,8 @@ void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
         const std::int64_t end = base + per_team < n ? base + per_team : n;
         double sq = 0, bad = 0;
         for (std::int64_t i = base + t.team_rank(); i < end; i += kT) {
-          const float v = dst(i) + to_float(src(i));
-          dst(i) = v;
+          const float v = grad_write_value(mode, dst, src, i);
+          if (mode != GradWrite::none) dst(i) = v;
           if (v - v == 0.0f)  // finite: inf - inf and NaN - NaN are NaN
             sq += double(v) * double(v);
           else
@@ -159,8 +170,8 @@ void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
 #else
   // Host backends run the reduction synchronously anyway.
   double out[2] = {0.0, 0.0};
-  Kokkos::parallel_reduce("kshard::accumulate_with_stats", Policy(0, src.extent(0)),
-                          AccumulateStats<T>{2u, src, dst}, out);
+  Kokkos::parallel_reduce("kshard::accumulate_with_stats", Policy(0, dst.extent(0)),
+                          AccumulateStats<T>{2u, src, dst, mode}, out);
   auto h = Kokkos::create_mirror_view(stats);
   h(0) = out[0];
   h(1) = out[1];
@@ -189,10 +200,12 @@ template void cast_to_f32<float>(Kokkos::View<const float*>, Kokkos::View<float*
 template void cast_to_f32<bfloat16_t>(Kokkos::View<const bfloat16_t*>, Kokkos::View<float*>, bool);
 template void cast_to_f32<float16_t>(Kokkos::View<const float16_t*>, Kokkos::View<float*>, bool);
 template void accumulate_with_stats<float>(Kokkos::View<const float*>, Kokkos::View<float*>,
-                                          Kokkos::View<double*>);
+                                          Kokkos::View<double*>, GradWrite);
 template void accumulate_with_stats<bfloat16_t>(Kokkos::View<const bfloat16_t*>,
-                                               Kokkos::View<float*>, Kokkos::View<double*>);
+                                               Kokkos::View<float*>, Kokkos::View<double*>,
+                                               GradWrite);
 template void accumulate_with_stats<float16_t>(Kokkos::View<const float16_t*>,
-                                              Kokkos::View<float*>, Kokkos::View<double*>);
+                                              Kokkos::View<float*>, Kokkos::View<double*>,
+                                              GradWrite);
 
 }  // namespace kshard

@@ -320,6 +320,7 @@ GradShardStats FsdpModel::local_grad_stats() const {
   Kokkos::View<double*> total = stats_total_;
   fill<double>(total, 0.0);
   for (const auto& g : groups_) {
+    (void)g.grad();  // a shard still pending zero (no reduction since zero_grad) is zeroed now
     Kokkos::View<const double*> s = g.grad_stats_device();
     Kokkos::parallel_for(
         "kshard::fsdp_sum_grad_stats", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) {

@@ -264,11 +264,20 @@ void ShardedGroup::start_reduce_grads() {
   const std::size_t shard = std::size_t(index_.shard_numel());
   const std::size_t flat = std::size_t(index_.flat_numel());
   auto full = grad_full_.view<float>(flat);
+  // A shard zeroed by zero_grad() is written, not added to.
+  reduce_write_ = grad_zero_pending_ ? GradWrite::assign : GradWrite::add;
+  grad_zero_pending_ = false;
   switch (recipe_.reduce_dtype) {
     case DType::f32:
-      rs_recv_ = memory::acquire(4 * shard, (name_ + ".rs_recv").c_str());
-      reduce_req_ =
-          shard_comm_.reduce_scatter_async(full, rs_recv_.view<float>(shard), ReduceOp::avg);
+      if (reduce_write_ == GradWrite::assign) {
+        // Straight into the shard: no receive buffer, no accumulation pass.
+        reduce_write_ = GradWrite::none;
+        reduce_req_ = shard_comm_.reduce_scatter_async(full, grad_, ReduceOp::avg);
+      } else {
+        rs_recv_ = memory::acquire(4 * shard, (name_ + ".rs_recv").c_str());
+        reduce_req_ =
+            shard_comm_.reduce_scatter_async(full, rs_recv_.view<float>(shard), ReduceOp::avg);
+      }
       break;
     case DType::bf16:
     case DType::f16: {
@@ -304,12 +313,18 @@ void ShardedGroup::finish_reduce_grads() {
   // device).
   auto finish = [&](auto tag) {
     using T = decltype(tag);
-    auto r = rs_recv_.view<T>(shard);
+    // GradWrite::none: the reduce-scatter wrote the shard itself (f32 only).
+    Kokkos::View<T*> r;
+    if (reduce_write_ != GradWrite::none) r = rs_recv_.view<T>(shard);
     if (hsdp) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (reduce_write_ == GradWrite::none) r = grad_;
+      }
       replicate_req_ = replicate_comm_.all_reduce_async(r, r, ReduceOp::avg);
       replicate_req_.wait_on_device();
+      if (reduce_write_ == GradWrite::none) r = {};
     }
-    accumulate_with_stats<T>(r, grad_, grad_stats_);
+    accumulate_with_stats<T>(r, grad_, grad_stats_, reduce_write_);
   };
   if (recipe_.reduce_dtype == DType::f32)
     finish(float{});
@@ -322,6 +337,14 @@ void ShardedGroup::finish_reduce_grads() {
   rs_recv_.reset();
   grad_views_.clear();
   grad_full_.reset();
+}
+
+Kokkos::View<float*> ShardedGroup::grad() const {
+  if (grad_zero_pending_) {
+    fill<float>(grad_, 0.0f);
+    grad_zero_pending_ = false;
+  }
+  return grad_;
 }
 
 GradShardStats ShardedGroup::grad_stats() const {
@@ -340,7 +363,7 @@ std::vector<float> ShardedGroup::gather_master() const {
 }
 
 void ShardedGroup::zero_grad() {
-  fill<float>(grad_, 0.0f);
+  grad_zero_pending_ = true;  // the next reduction writes the shard (no fill now)
   fill<double>(grad_stats_, 0.0);
 }
 

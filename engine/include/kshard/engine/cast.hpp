@@ -25,13 +25,16 @@ struct GradShardStats {
   double sum_squares = 0;      // of the values after accumulation
   std::int64_t nonfinite = 0;  // how many of them are inf/NaN
 };
-/// dst[i] += float(src[i]), and in the same pass the statistics of the new
-/// dst: the optimizer's norm and inf/NaN check without another read. They are
-/// written to stats (2 elements: sum of squares, count of inf/NaN) on the
-/// device, in stream order: nothing waits for the kernel.
+/// How accumulate_with_stats writes dst: dst += src, dst = src (the shard was
+/// zero: one read less), or not at all (src ignored: statistics of dst only).
+enum class GradWrite { add, assign, none };
+/// dst[i] += float(src[i]) (or per `mode`), and in the same pass the
+/// statistics of the new dst: the optimizer's norm and inf/NaN check without
+/// another read. They are written to stats (2 elements: sum of squares, count
+/// of inf/NaN) on the device, in stream order: nothing waits for the kernel.
 template <class T>
 void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
-                           Kokkos::View<double*> stats);
+                           Kokkos::View<double*> stats, GradWrite mode = GradWrite::add);
 /// v[i] *= s.
 void scale_in_place(Kokkos::View<float*> v, float s);
 /// v[i] = value, at memory speed on every backend (Kokkos 3.4's deep_copy

@@ -73,7 +73,8 @@ class ShardedGroup {
   void set_full_parameters(Kokkos::View<const float*> flat);
 
   Kokkos::View<float*> master() const noexcept { return master_; }
-  Kokkos::View<float*> grad() const noexcept { return grad_; }
+  /// The f32 gradient shard (zeroed first if zero_grad() left it pending).
+  Kokkos::View<float*> grad() const;
   /// The low-precision shard the optimizer's kernel keeps equal to
   /// cast(master) (bf16/f16 recipes with keep_low_precision_shard); none
   /// otherwise.
@@ -113,7 +114,14 @@ class ShardedGroup {
     start_reduce_grads();
     finish_reduce_grads();
   }
+  /// Zeroes the gradient shard lazily: the next reduction WRITES the shard
+  /// instead of adding to it (f32 reduce dtype: the reduce-scatter lands in the
+  /// shard itself), which saves a fill and a read of every element per step.
+  /// grad() and FsdpModel::local_grad_stats() zero a shard still pending; a
+  /// View of the shard taken before zero_grad() shows the old values until
+  /// one of those or a reduction runs.
   void zero_grad();
+  bool grad_zero_pending() const noexcept { return grad_zero_pending_; }
   /// Sum of squares and inf/NaN count of the gradient shard as the group last
   /// wrote it (computed in the same kernel that accumulates each reduction;
   /// zero after zero_grad()), so the optimizer need not read it again.
@@ -160,6 +168,8 @@ class ShardedGroup {
   memory::Block rs_send_, rs_recv_;
   Request reduce_req_, replicate_req_;
   bool reduce_started_ = false;
+  mutable bool grad_zero_pending_ = false;  // zero_grad() without a fill yet
+  GradWrite reduce_write_ = GradWrite::add;  // how the reduction in flight lands in grad_
   Kokkos::View<double*> grad_stats_;  // {sum of squares, inf/NaN count} on the device
 };
 
