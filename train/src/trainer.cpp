@@ -124,12 +124,13 @@ StepReport Trainer::step(const TokenSource& data) {
     std::ostringstream m;
     m << "training diverged: " << consecutive_skipped_
       << " optimizer steps in a row were skipped for inf/NaN gradients (step " << step_
-      << ", loss " << r.loss << ", lr " << r.lr;
+      << ", loss " << (std::isnan(r.loss) ? std::fabs(r.loss) : r.loss) << ", lr " << r.lr;
     if (scaling) m << ", loss scale " << scale;
     m << ")";
     throw TrainingDiverged(m.str(),
                            "finite gradients: a lower learning rate, gradient clipping, or a "
-                           "larger max_skipped (--max-skipped, 0: off)");
+                           "larger max_skipped (--max-skipped, 0: off)",
+                           r);
   }
   return r;
 }

@@ -63,6 +63,8 @@
 // double sum and the GEMMs' row blocking (a few ulps of fp32).
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include <Kokkos_Core.hpp>
 
@@ -114,10 +116,16 @@ struct EvalResult {
   std::int64_t tokens = 0; ///< predictions averaged over (batches * batch * seq)
 };
 
-/// The divergence guard tripped (same on every rank).
+/// The divergence guard tripped (on every rank alike). report() is the step
+/// that tripped it, for a caller that logs every step.
 class TrainingDiverged : public Error {
  public:
-  using Error::Error;
+  TrainingDiverged(std::string what, std::string expected, StepReport report = {})
+      : Error(std::move(what), std::move(expected)), report_(report) {}
+  const StepReport& report() const noexcept { return report_; }
+
+ private:
+  StepReport report_;
 };
 
 class Trainer {
