@@ -151,6 +151,17 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
   // Every rank runs the same number of forward passes (they are collective).
   const std::int64_t passes = (windows + per_pass - 1) / per_pass;
   const ActShape shape{batch, seq, 1};
+  // A forward without backward leaves the last unit (every unit without
+  // reshard_after_forward) unsharded: free them when leaving, also on an
+  // error, or the next forward would use these parameters after the
+  // optimizer has changed the shards. (Resharding is local.)
+  struct Reshard {
+    FsdpModel& m;
+    ~Reshard() {
+      for (std::size_t i = 0; i < m.num_units(); ++i)
+        if (m.group(i).is_unsharded()) m.group(i).reshard();
+    }
+  } reshard{model_};
   double sum = 0, count = 0;
   for (std::int64_t p = 0; p < passes; ++p) {
     const std::int64_t first = p * per_pass + std::int64_t(world.rank()) * batch;
@@ -172,11 +183,6 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
     const std::int64_t vocab = std::int64_t(logits.extent(0)) / rows;
     sum += train_detail::cross_entropy_sum(logits, rows, vocab, targets_);
   }
-  // A forward without backward leaves the last unit (every unit without
-  // reshard_after_forward) unsharded: free them, or the next forward would
-  // use these parameters after the optimizer has changed the shards.
-  for (std::size_t i = 0; i < model_.num_units(); ++i)
-    if (model_.group(i).is_unsharded()) model_.group(i).reshard();
   const auto total = reducer_->run({sum, count}, ReduceOp::sum);
   EvalResult e;
   e.tokens = std::int64_t(total[1]);
