@@ -97,9 +97,12 @@ void ShardedGroup::set_full_parameters(Kokkos::View<const float*> flat) {
   refresh_low_precision();
 }
 
-ModelParamRef ShardedGroup::model_param() const noexcept {
+LowPrecisionShard ShardedGroup::model_param() const noexcept {
+  // A raw view: the group outlives the optimizer's use of it (the Trainer
+  // owns both; the optimizer is destroyed first).
   if (is_16bit(recipe_.gather_dtype) && lp_shard_.data())
-    return ModelParamRef{recipe_.gather_dtype, lp_shard_.data(), std::size_t(index_.shard_numel())};
+    return LowPrecisionShard::raw(recipe_.gather_dtype, lp_shard_.data(),
+                                  std::size_t(index_.shard_numel()));
   return {};
 }
 

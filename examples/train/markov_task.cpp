@@ -38,8 +38,12 @@ MarkovTask::MarkovTask(std::int64_t vocab, std::uint64_t seed)
   }
 }
 
-void MarkovTask::fill(std::int64_t first_sequence, std::int64_t count, std::int64_t seq,
-                      std::int32_t* ids, std::int32_t* targets) const {
+std::string MarkovTask::describe() const {
+  return "the built-in Markov task (vocab " + std::to_string(vocab_) + ")";
+}
+
+void MarkovTask::fill(std::uint64_t, std::int64_t first_sequence, std::int64_t count,
+                      std::int64_t seq, std::int32_t* ids, std::int32_t* targets) const {
   for (std::int64_t i = 0; i < count; ++i) {
     Stream s{mix(seed_ ^ mix(std::uint64_t(first_sequence + i) + 0x51ULL))};
     std::int64_t tok = s.below(vocab_);

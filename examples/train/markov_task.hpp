@@ -9,9 +9,10 @@
 // global batch and the data-parallel ranks see different, reproducible data.
 //
 //   MarkovTask task(/*vocab=*/64, /*seed=*/1);
-//   std::vector<std::int32_t> ids(batch * seq);   // model input: token ids
+//   trainer.step(task);                           // a kshard::TokenSource
+//   std::vector<std::int32_t> ids(batch * seq);   // or by hand: model input, token ids
 //   std::vector<std::int32_t> next(batch * seq);  // target: the following token
-//   task.fill(/*first_sequence=*/rank * batch, batch, seq, ids.data(), next.data());
+//   task.fill(0, /*first_sequence=*/rank * batch, batch, seq, ids.data(), next.data());
 //
 // Why this language: the uniform guess costs ln(vocab) nats per token, while
 // a model that has learnt the chain pays only the entropy of a successor
@@ -20,19 +21,25 @@
 // sign that forward, backward, the sharded gradient reduction and the
 // optimizer all work together.
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "kshard/train/token_source.hpp"
 
 namespace kshard_train {
 
-class MarkovTask {
+class MarkovTask final : public kshard::TokenSource {
  public:
   MarkovTask(std::int64_t vocab, std::uint64_t seed);
 
   std::int64_t vocab() const noexcept { return vocab_; }
   /// Sequences first_sequence .. first_sequence + count - 1, each seq tokens
-  /// of input and the seq tokens that follow each of them as targets.
-  void fill(std::int64_t first_sequence, std::int64_t count, std::int64_t seq, std::int32_t* ids,
-            std::int32_t* targets) const;
+  /// of input and the seq tokens that follow each of them as targets. The
+  /// stream is keyed by the task's own seed (the one that also made the
+  /// chain); the TokenSource seed is not used.
+  void fill(std::uint64_t unused_seed, std::int64_t first_sequence, std::int64_t count,
+            std::int64_t seq, std::int32_t* ids, std::int32_t* targets) const override;
+  std::string describe() const override;
   /// Cross entropy (nats/token) of a model that knows the chain exactly.
   double entropy_floor() const noexcept;
 

@@ -1,13 +1,20 @@
-// kshard-train: the training demo. A small GPT-style model, every layer one
-// FSDP unit, trained with FusedAdam on a built-in synthetic language.
+// kshard-train: a small GPT-style model, every layer one FSDP unit, trained
+// by a kshard::Trainer (FusedAdam, LR schedule, loss scaling, divergence
+// guard) on a file of token ids (--data) or on a built-in synthetic language.
 //
 //   mpiexec -n 2 kshard-train                       # 1-D mesh over both ranks, fp32
 //   mpiexec -n 4 kshard-train --mesh 2x2 --recipe bf16 --accum 2
+//   mpiexec -n 2 kshard-train --data train.bin --val-data val.bin --vocab 50304 \
+//       --eval-every 100 --lr-schedule cosine --warmup 100 --min-lr 3e-4
 //
-// Rank 0 prints one line per step (loss averaged over ranks, tokens/s, peak
-// memory of the worst rank, whether the optimizer skipped the step) and a
-// summary that compares the per-rank persistent memory with the ZeRO-3 bound.
-// A bad command line ends every rank with the same message and exit code 2.
+// Rank 0 prints one line per step (loss averaged over ranks, gradient norm,
+// LR, tokens/s, peak memory of the worst rank, whether the optimizer skipped
+// the step, elapsed time and ETA), eval_loss lines, and a summary that
+// compares the per-rank persistent memory with the ZeRO-3 bound.
+// Exit codes, the same on every rank: 2 for a bad command line or a
+// kshard::Error (bad data file, a run that does not fit in memory), 3 when
+// training diverged (--max-skipped steps skipped in a row, or a non-finite
+// final loss).
 #include <mpi.h>
 
 #include <algorithm>
@@ -37,6 +44,9 @@
 #include "kshard/mesh/memory_tracker.hpp"
 #include "kshard/mesh/session.hpp"
 #include "kshard/optim/fused_adam.hpp"
+#include "kshard/train/memory_estimate.hpp"
+#include "kshard/train/token_file.hpp"
+#include "kshard/train/trainer.hpp"
 #include "markov_task.hpp"
 #include "train_options.hpp"
 
@@ -57,8 +67,7 @@ std::string shape_text(const std::vector<int>& s) {
   return t + "]";
 }
 
-std::unique_ptr<kshard::FsdpModel> build_model(const kshard::DeviceMesh& mesh,
-                                               const TrainOptions& o) {
+std::vector<kshard::LayerDef> model_layers(const TrainOptions& o) {
   // Described once; the model builds the layers in the recipe's compute dtype.
   std::vector<kshard::LayerDef> layers;
   layers.push_back(kshard::layer<kshard::Embedding>(std::int64_t(o.vocab), std::int64_t(o.width),
@@ -68,11 +77,7 @@ std::unique_ptr<kshard::FsdpModel> build_model(const kshard::DeviceMesh& mesh,
         std::int64_t(o.width), std::int64_t(o.heads), std::int64_t(4 * o.width)));
   layers.push_back(kshard::layer<kshard::LayerNorm>(std::int64_t(o.width)));
   layers.push_back(kshard::layer<kshard::Linear>(std::int64_t(o.width), std::int64_t(o.vocab)));
-  kshard::FsdpOptions fo;
-  fo.reshard_after_forward = o.reshard_after_forward;
-  fo.keep_low_precision_shard = o.keep_lp_shard;
-  return std::make_unique<kshard::FsdpModel>(mesh, layers,
-                                             kshard::Recipe::parse(o.recipe, o.fp8_init), fo);
+  return layers;
 }
 
 /// Bytes of Adam's moments over all groups on this rank.
@@ -108,6 +113,38 @@ class Reducer {
   Kokkos::View<double*>::HostMirror host_;
 };
 
+/// NaN without its sign bit, so that printf says "nan" (not "-nan").
+double unsigned_nan(double x) { return std::isnan(x) ? std::fabs(x) : x; }
+
+std::string duration_text(double s) {
+  char buf[32];
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, (int(s) % 3600) / 60);
+  return buf;
+}
+
+kshard::TrainerOptions trainer_options(const TrainOptions& o) {
+  kshard::TrainerOptions t;
+  t.batch = o.batch;
+  t.seq = o.seq;
+  t.accum = o.accum;
+  t.adam.weight_decay = float(o.weight_decay);
+  t.schedule.kind = kshard::LrSchedule::parse_kind(o.lr_schedule);
+  t.schedule.lr = o.lr;
+  t.schedule.min_lr = o.min_lr;
+  t.schedule.warmup = o.warmup;
+  t.schedule.total_steps = o.steps;
+  t.clip = o.clip;
+  t.data_seed = o.seed;
+  t.max_skipped = o.max_skipped;
+  return t;
+}
+
 int run(kshard::Session& session, int argc, char** argv) {
   const int rank = session.rank(), world_size = session.size();
   const kshard_train::ParsedOptions parsed = kshard_train::parse_options(argc, argv, world_size);
@@ -130,45 +167,82 @@ int run(kshard::Session& session, int argc, char** argv) {
                              : o.attention == "unfused"   ? kshard::AttentionImpl::unfused
                              : o.attention == "recompute" ? kshard::AttentionImpl::recompute
                                                           : kshard::AttentionImpl::automatic);
-  auto model = build_model(mesh, o);
-  model->init_parameters(o.seed);
-
-  kshard::AdamOptions ao;
-  ao.lr = float(o.lr);
-  kshard::FusedAdam adam(ao, mesh.shard_comm(), mesh.world());
-  for (std::size_t i = 0; i < model->num_units(); ++i) {
-    kshard::ShardedGroup& g = model->group(i);
-    const kshard::ModelParamRef ref = g.model_param();
-    adam.add_group(g.master(), g.grad(),
-                   ref.data ? kshard::ModelParamView::raw(ref.dtype, ref.data, ref.count)
-                            : kshard::ModelParamView());
+  // Data first: a bad file is reported before anything large is allocated.
+  const kshard::TokenDType dtype = kshard::TokenFile::parse_dtype(o.data_dtype);
+  std::unique_ptr<kshard::TokenSource> data;
+  std::unique_ptr<kshard_train::MarkovTask> markov;
+  if (!o.data.empty()) {
+    data = std::make_unique<kshard::TokenFile>(
+        kshard::TokenFile::open(world, o.data, dtype, o.vocab, std::int64_t(o.seq) + 1));
+  } else {
+    markov = std::make_unique<kshard_train::MarkovTask>(o.vocab, o.seed);
   }
-  const bool loss_scaling = model->recipe().loss_scaling;
-  kshard::DynamicLossScaler scaler;
+  std::unique_ptr<kshard::TokenFile> val;
+  if (!o.val_data.empty())
+    // The evaluation reads batches x batch windows of seq + 1 consecutive
+    // tokens overlapping by one: check that they are there before training.
+    val = std::make_unique<kshard::TokenFile>(kshard::TokenFile::open(
+        world, o.val_data, dtype, o.vocab,
+        std::int64_t(o.eval_batches) * o.batch * o.seq + 1));
+  const kshard::TokenSource& source = data ? *data : *markov;
 
-  const kshard_train::MarkovTask task(o.vocab, o.seed);
-  const std::int64_t rows = std::int64_t(o.batch) * o.seq;
-  Kokkos::View<std::int32_t*> ids("kshard-train.ids", std::size_t(rows));
-  Kokkos::View<std::int32_t*> targets("kshard-train.targets", std::size_t(rows));
-  auto ids_h = Kokkos::create_mirror_view(ids);
-  auto targets_h = Kokkos::create_mirror_view(targets);
+  // Does it fit? Estimated from the model description, before allocating.
+  const std::vector<kshard::LayerDef> defs = model_layers(o);
+  const kshard::Recipe recipe = kshard::Recipe::parse(o.recipe, o.fp8_init);
+  const kshard::MemoryEstimate estimate =
+      kshard::MemoryEstimate::of(defs, recipe, shard_n, o.batch, o.seq, o.keep_lp_shard);
+  kshard::check_memory_fits(world, estimate);
+
+  kshard::FsdpOptions fo;
+  fo.reshard_after_forward = o.reshard_after_forward;
+  fo.keep_low_precision_shard = o.keep_lp_shard;
+  kshard::FsdpModel built(mesh, defs, recipe, fo);
+  built.init_parameters(o.seed);
+  kshard::Trainer trainer(std::move(built), trainer_options(o));
+  const kshard::FsdpModel& model = trainer.model();
+  const bool loss_scaling = model.recipe().loss_scaling;
   Reducer reducer(world, 4);
 
-  const std::int64_t params = model->num_parameters();
+  const std::int64_t rows = std::int64_t(o.batch) * o.seq;
+  const std::int64_t params = model.num_parameters();
   const double tokens_per_step = double(rows) * o.accum * world_size;
+  const double floor = markov ? markov->entropy_floor() : 0.0;
   if (root) {
     std::printf(
         "kshard-train: %d ranks, mesh %s, recipe %s%s, %d x TransformerLayer(d=%d, heads=%d, "
         "ff=%d), vocab %d, seq %d, batch %d/rank x %d micro-batches, %lld params, %s\n",
         world_size, kshard::DeviceMesh::describe(o.mesh, names).c_str(),
-        model->recipe().describe().c_str(),
+        model.recipe().describe().c_str(),
         o.reshard_after_forward ? "" : ", no reshard-after-forward", o.layers, o.width, o.heads,
         4 * o.width, o.vocab, o.seq, o.batch, o.accum, (long long)params,
         kshard::Session::current().default_backend() == kshard::Backend::nccl ? "nccl" : "mpi");
-    std::printf("task: Markov chain, 2 successors per token (p 0.8/0.2): uniform guess %.3f "
-                "nats, floor %.3f nats\n",
-                std::log(double(o.vocab)), task.entropy_floor());
+    if (markov)
+      std::printf("task: Markov chain, 2 successors per token (p 0.8/0.2): uniform guess %.3f "
+                  "nats, floor %.3f nats\n",
+                  std::log(double(o.vocab)), floor);
+    else
+      std::printf("data: %s; uniform guess %.3f nats\n", source.describe().c_str(),
+                  std::log(double(o.vocab)));
+    if (val) std::printf("eval: %s, %d x %d windows\n", val->describe().c_str(), o.eval_batches, o.batch);
+    std::printf("optimizer: AdamW lr %g (%s, warmup %d, min %g), weight decay %g, clip %g; "
+                "memory estimate %s per rank\n",
+                o.lr, o.lr_schedule.c_str(), o.warmup, o.min_lr, o.weight_decay, o.clip,
+                estimate.describe().c_str());
     std::fflush(stdout);
+  }
+
+  auto evaluate = [&]() {
+    const kshard::EvalResult e = trainer.evaluate(*val, o.eval_batches);
+    if (root) {
+      std::printf("eval_loss %.6f  step %lld  tokens %lld\n", e.loss,
+                  (long long)trainer.step_count(), (long long)e.tokens);
+      std::fflush(stdout);
+    }
+    return e.loss;
+  };
+  if (o.eval_only) {
+    evaluate();
+    return 0;
   }
 
   // Fault injection for the tests: this rank alone fails at the first step,
@@ -179,70 +253,75 @@ int run(kshard::Session& session, int argc, char** argv) {
   double first_loss = 0, last_loss = 0, tps_sum = 0, peak_max = 0, live_between = 0;
   int tps_count = 0, skipped_steps = 0;
   std::vector<double> tps_all;
-  for (int step = 0; step < o.steps; ++step) {
+  const auto run_start = Clock::now();
+  // --steps is the run's total: a resumed run continues from its saved step.
+  const int first_step = int(trainer.step_count());
+  for (int step = first_step; step < o.steps; ++step) {
     Kokkos::fence();
     live_between = std::max(live_between, double(kshard::memory::stats().live_bytes));
     kshard::memory::reset_peak();
     const auto t0 = Clock::now();
-    const float scale = loss_scaling ? scaler.scale() : 1.f;
-    model->zero_grad();
     if (inject_here)
       throw kshard::Error("injected failure (KSHARD_TRAIN_INJECT_ERROR) at step 1",
                           "no KSHARD_TRAIN_INJECT_ERROR in a real run");
-    double loss = 0;
-    for (int m = 0; m < o.accum; ++m) {
-      // Global micro-batch (step, m) holds world_size * batch sequences; this
-      // rank's slice starts at its world rank.
-      const std::int64_t first =
-          ((std::int64_t(step) * o.accum + m) * world_size + rank) * std::int64_t(o.batch);
-      task.fill(first, o.batch, o.seq, ids_h.data(), targets_h.data());
-      Kokkos::deep_copy(ids, ids_h);
-      Kokkos::deep_copy(targets, targets_h);
-      loss += model->forward_backward_ce(ids, {o.batch, o.seq, 1}, targets,
-                                         double(scale) / o.accum, m == o.accum - 1);
+    kshard::StepReport r;
+    bool diverged = false;
+    std::unique_ptr<kshard::TrainingDiverged> stop;
+    try {
+      r = trainer.step(source);
+    } catch (const kshard::TrainingDiverged& e) {
+      // Log the step that tripped the guard, then end like any error.
+      r = e.report();
+      stop = std::make_unique<kshard::TrainingDiverged>(e);
+      diverged = true;
     }
-    loss /= o.accum;
-    // The gradient statistics (global norm for clipping, inf/NaN for the
-    // skip) were computed while the reduce-scatters were accumulated into the
-    // shards: combine them across ranks and update, without a second read of
-    // every gradient (FusedAdam::step() would do that pass itself).
-    const kshard::GradShardStats local = model->local_grad_stats();
-    const kshard::StepResult r = adam.apply(
-        adam.combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale, o.clip);
-    if (loss_scaling) scaler.update(r.found_nonfinite);
-    model->after_optimizer_step();
     Kokkos::fence();
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const double peak = double(kshard::memory::stats().peak_bytes);
 
-    const double mean_loss = reducer.run({loss}, kshard::ReduceOp::avg)[0];
     const auto mx = reducer.run({seconds, peak}, kshard::ReduceOp::max);
     const double tps = tokens_per_step / mx[0];
-    if (step == 0) first_loss = mean_loss;
-    last_loss = mean_loss;
+    if (step == first_step) first_loss = r.loss;
+    last_loss = r.loss;
     // The first step pays for first-use allocations: leave it out of the mean.
-    if (step > 0 || o.steps == 1) {
+    if (step > first_step || o.steps - first_step == 1) {
       tps_sum += tps;
       ++tps_count;
       tps_all.push_back(tps);
     }
     peak_max = std::max(peak_max, mx[1]);
-    skipped_steps += r.skipped ? 1 : 0;
+    skipped_steps += r.optimizer.skipped ? 1 : 0;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+    const int done = step + 1 - first_step;
+    const double eta = elapsed / done * (o.steps - step - 1);
     if (root) {
-      std::printf("step %4d/%d  loss %.4f  grad_norm %.3f  tokens/s %10.0f  peak/rank %s  %s",
-                  step + 1, o.steps, mean_loss, r.grad_norm, tps, mib(mx[1]).c_str(),
-                  r.skipped ? "SKIPPED (inf/nan gradient)" : "stepped");
-      if (loss_scaling) std::printf("  loss_scale %g", double(scale));
-      std::printf("\n");
+      std::printf("step %4d/%d  loss %.4f  grad_norm %.3f  lr %.3e  tokens/s %10.0f  peak/rank %s  "
+                  "%s",
+                  step + 1, o.steps, unsigned_nan(r.loss), unsigned_nan(r.optimizer.grad_norm),
+                  r.lr, tps, mib(mx[1]).c_str(),
+                  r.optimizer.skipped ? "SKIPPED (inf/nan gradient)" : "stepped");
+      if (loss_scaling) std::printf("  loss_scale %g", double(r.loss_scale));
+      std::printf("  elapsed %s  eta %s\n", duration_text(elapsed).c_str(),
+                  duration_text(eta).c_str());
       std::fflush(stdout);
     }
+    if (diverged) throw *stop;
+    if (val && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps))
+      evaluate();
   }
+  if (!std::isfinite(last_loss))
+    throw kshard::TrainingDiverged(
+        "training ended with a non-finite loss (" + std::to_string(unsigned_nan(last_loss)) +
+            ") after " +
+            std::to_string(o.steps) + " steps, " + std::to_string(skipped_steps) + " skipped",
+        "a finite loss: a lower --lr, or --max-skipped to stop at the first skipped steps");
 
-  const double persistent = double(model->persistent_bytes());
+  const kshard::FusedAdam& adam = trainer.optimizer();
+  const double persistent = double(model.persistent_bytes());
   const double optimizer = double(optimizer_state_bytes(adam));
   const auto mem = reducer.run({persistent, optimizer, persistent + optimizer, live_between},
                                kshard::ReduceOp::max);
-  const double unit = double(model->max_unit_bytes());
+  const double unit = double(model.max_unit_bytes());
   const double sharded = 16.0 * double(params) / shard_n;
   const double bound = sharded + unit;
   const double tps_mean = tps_count ? tps_sum / tps_count : 0;
@@ -251,7 +330,7 @@ int run(kshard::Session& session, int argc, char** argv) {
   if (root) {
     std::printf("summary: first_loss=%.4f last_loss=%.4f (uniform %.3f, floor %.3f) steps=%d "
                 "skipped=%d\n",
-                first_loss, last_loss, std::log(double(o.vocab)), task.entropy_floor(), o.steps,
+                first_loss, last_loss, std::log(double(o.vocab)), floor, o.steps,
                 skipped_steps);
     std::printf("summary: tokens/s mean %.0f median %.0f (steps 2..%d, %.0f tokens per step over "
                 "%d ranks)\n",
@@ -265,11 +344,14 @@ int run(kshard::Session& session, int argc, char** argv) {
     std::printf("summary: peak per rank %s (live between steps %s): ratio %.3f to the bound "
                 "(activations and workspaces are outside it)\n",
                 mib(peak_max).c_str(), mib(mem[3]).c_str(), peak_max / bound);
+    std::printf("summary: wall %s for %d steps\n",
+                duration_text(std::chrono::duration<double>(Clock::now() - run_start).count()).c_str(),
+                o.steps - first_step);
     if (o.bench) {
       std::ostringstream j;
       j.precision(10);
       j << "BENCH {\"ranks\": " << world_size << ", \"mesh\": \"" << shape_text(o.mesh)
-        << "\", \"recipe\": \"" << model->recipe().describe() << "\", \"params\": " << params
+        << "\", \"recipe\": \"" << model.recipe().describe() << "\", \"params\": " << params
         << ", \"shard_size\": " << shard_n << ", \"steps\": " << o.steps
         << ", \"tokens_per_step\": " << tokens_per_step << ", \"tokens_per_s\": " << tps_mean
         << ", \"tokens_per_s_median\": " << tps_median
@@ -336,6 +418,9 @@ int main(int argc, char** argv) {
   } catch (const kshard_train::OptionError& e) {
     report(rank, e.what());
     rc = 2;
+  } catch (const kshard::TrainingDiverged& e) {
+    report(rank, e.what());
+    rc = 3;
   } catch (const kshard::Error& e) {
     report(rank, e.what());
     rc = 2;

@@ -69,9 +69,25 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
 
   po::options_description desc(
       "kshard-train: trains a small GPT-style model (Embedding -> L x TransformerLayer ->\n"
-      "LayerNorm -> Linear head) with fully sharded data parallelism on a built-in\n"
-      "synthetic next-token language (a fixed random Markov chain).\n\n"
+      "LayerNorm -> Linear head) with fully sharded data parallelism, on a file of token\n"
+      "ids (--data) or on a built-in synthetic next-token language (a fixed random\n"
+      "Markov chain, the default).\n\n"
+      "Data (--data, --val-data): flat files of little-endian token ids, uint16 by default\n"
+      "(nanoGPT's train.bin / val.bin) or uint32 (--data-dtype); every id < --vocab.\n"
+      "Training sequence g of the run is the window of seq+1 tokens at offset\n"
+      "splitmix64(seed, g) mod (tokens - seq): inputs its first seq tokens, targets the\n"
+      "next token of each. Step s (0-based) of a run with W ranks uses sequences\n"
+      "s*accum*W*batch ... + accum*W*batch - 1, rank r micro-batch m the batch starting at\n"
+      "s*accum*W*batch + (m*W + r)*batch: the same global batch for any world size.\n\n"
+      "Evaluation (--val-data with --eval-every N or --eval-only): the mean cross-entropy\n"
+      "over the first K*batch windows of the file (K = --eval-batches), window j being\n"
+      "tokens [j*seq, j*seq+seq] (inputs its first seq tokens, targets the next token of\n"
+      "each), split over the ranks; the same number for any world size or mesh (up to\n"
+      "the order of a double sum). Printed on rank 0 as one line: eval_loss <value>.\n\n"
+      "LR schedule (step s = 0, 1, ..., T = --steps, W = --warmup): s < W: lr*(s+1)/(W+1);\n"
+      "then constant lr, or linear / cosine decay from lr to --min-lr reached at step T-1.\n\n"
       "Usage: mpiexec -n N kshard-train [options]\n\nOptions");
+  std::string data_dtype = o.data_dtype;
   // clang-format off
   desc.add_options()
     ("help,h", "print this help and exit")
@@ -100,6 +116,29 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     ("accum", po::value<int>(&o.accum)->default_value(o.accum), "micro-batches per step (gradient accumulation)")
     ("lr", po::value<double>(&o.lr)->default_value(o.lr, "3e-3"), "AdamW learning rate")
     ("clip", po::value<double>(&o.clip)->default_value(o.clip), "max global gradient norm (0: no clipping)")
+    ("weight-decay", po::value<double>(&o.weight_decay)->default_value(o.weight_decay),
+     "AdamW decoupled weight decay")
+    ("lr-schedule", po::value<std::string>(&o.lr_schedule)->default_value(o.lr_schedule),
+     "learning-rate schedule after the warmup: constant, linear or cosine (decay to --min-lr at "
+     "the last step)")
+    ("warmup", po::value<int>(&o.warmup)->default_value(o.warmup),
+     "linear warmup steps: lr*(s+1)/(warmup+1) at step s < warmup")
+    ("min-lr", po::value<double>(&o.min_lr)->default_value(o.min_lr),
+     "learning rate at the last step of a linear or cosine schedule")
+    ("max-skipped", po::value<int>(&o.max_skipped)->default_value(o.max_skipped),
+     "this many optimizer steps skipped in a row (inf/NaN gradients) end the run with an "
+     "error (exit 3); 0: never")
+    ("data", po::value<std::string>(&o.data),
+     "training data: a flat file of little-endian token ids (default: the Markov task)")
+    ("data-dtype", po::value<std::string>(&data_dtype)->default_value(data_dtype),
+     "token id type of --data and --val-data: uint16 or uint32")
+    ("val-data", po::value<std::string>(&o.val_data), "evaluation data (same format as --data)")
+    ("eval-every", po::value<int>(&o.eval_every)->default_value(o.eval_every),
+     "evaluate on --val-data every N steps and after the last one (0: never)")
+    ("eval-batches", po::value<int>(&o.eval_batches)->default_value(o.eval_batches),
+     "K: the evaluation covers the first K x --batch windows of --val-data")
+    ("eval-only", po::bool_switch(&o.eval_only),
+     "evaluate the (initialised) model on --val-data, print eval_loss and exit")
     ("seed", po::value<std::string>(&seed)->default_value(seed), "seed of the parameters and the data")
     ("no-reshard-after-forward", po::bool_switch(&no_reshard),
      "keep each unit's full parameters from forward until its backward (ZeRO-2 style)")
@@ -127,11 +166,13 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   }
 
   o.reshard_after_forward = !no_reshard;
+  o.data_dtype = data_dtype;
   o.seed = parse_seed(seed);
   check_range("layers", o.layers, 1, 4096);
   check_range("width", o.width, 1, 1 << 16);
   check_range("heads", o.heads, 1, 1 << 16);
-  // Token ids travel as float through the Embedding: exact up to 2^24.
+  // Token ids are int32 end to end; 2^24 is a sanity bound (the embedding
+  // and the head are vocab x width each).
   check_range("vocab", o.vocab, 2, 1 << 24);
   check_range("seq", o.seq, 1, 1 << 16);
   check_range("batch", o.batch, 1, 1 << 20);
@@ -151,6 +192,24 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   if (!(std::isfinite(o.clip) && o.clip >= 0))
     throw OptionError("--clip " + std::to_string(o.clip) +
                       " is not valid; expected a non-negative number (0: no clipping)");
+  if (!(std::isfinite(o.weight_decay) && o.weight_decay >= 0))
+    throw OptionError("--weight-decay " + std::to_string(o.weight_decay) +
+                      " is not valid; expected a non-negative number");
+  if (o.lr_schedule != "constant" && o.lr_schedule != "linear" && o.lr_schedule != "cosine")
+    throw OptionError("--lr-schedule '" + o.lr_schedule +
+                      "' is unknown; expected constant, linear or cosine");
+  check_range("warmup", o.warmup, 0, 100000000);
+  if (!(std::isfinite(o.min_lr) && o.min_lr >= 0 && o.min_lr <= o.lr))
+    throw OptionError("--min-lr " + std::to_string(o.min_lr) +
+                      " is not valid; expected a number in [0, --lr]");
+  check_range("max-skipped", o.max_skipped, 0, 100000000);
+  if (o.data_dtype != "uint16" && o.data_dtype != "uint32")
+    throw OptionError("--data-dtype '" + o.data_dtype + "' is unknown; expected uint16 or uint32");
+  check_range("eval-every", o.eval_every, 0, 100000000);
+  check_range("eval-batches", o.eval_batches, 1, 1 << 20);
+  if ((o.eval_every > 0 || o.eval_only) && o.val_data.empty())
+    throw OptionError(std::string(o.eval_only ? "--eval-only" : "--eval-every") +
+                      " without --val-data; expected --val-data PATH to evaluate on");
   if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8")
     throw OptionError("--recipe '" + o.recipe + "' is unknown; expected one of fp32, bf16, fp16, fp8");
   if (o.attention != "auto" && o.attention != "fused" && o.attention != "unfused" &&

@@ -38,8 +38,20 @@ struct TrainOptions {
   int batch = 8;  ///< sequences per rank per micro-batch
   int steps = 40;
   int accum = 1;  ///< micro-batches per optimizer step
-  double lr = 3e-3;
+  double lr = 3e-3;  ///< peak learning rate of the schedule
   double clip = 1.0;  ///< max global grad norm, 0 = off
+  double weight_decay = 0.0;  ///< AdamW's decoupled weight decay
+  std::string lr_schedule = "constant";  ///< constant | linear | cosine
+  int warmup = 0;        ///< linear warmup steps
+  double min_lr = 0.0;   ///< end of the linear / cosine decay
+  int max_skipped = 20;  ///< divergence guard: skipped steps in a row (0: off)
+  // Data: a token file (nanoGPT's train.bin convention) or the Markov task.
+  std::string data;                    ///< empty: the built-in Markov task
+  std::string data_dtype = "uint16";   ///< uint16 | uint32
+  std::string val_data;                ///< evaluation file (same dtype)
+  int eval_every = 0;                  ///< evaluate every N steps and at the end (0: never)
+  int eval_batches = 8;                ///< K: evaluation over K x batch windows
+  bool eval_only = false;              ///< evaluate the initial model and exit
   std::uint64_t seed = 1234;
   bool reshard_after_forward = true;
   bool bench = false;  ///< also print one machine-readable "BENCH {json}" line

@@ -3,12 +3,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <type_traits>
 
 #include "grad_kernels.hpp"
 #include "kshard/error.hpp"
+#include "kshard/engine/sharded_group.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "kshard/optim/grad_clip.hpp"
 
@@ -261,13 +263,13 @@ void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*
 
 template <class M>
 void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*>& grad,
-                   M* m, M* v, const ModelParamView& model, const AdamCoefs& c) {
-  if (!model.present())
+                   M* m, M* v, const LowPrecisionShard& model, const AdamCoefs& c) {
+  if (!model.present)
     launch_update<M, NoModel>(master, grad, m, v, nullptr, c);
-  else if (model.dtype() == DType::bf16)
-    launch_update<M, bfloat16_t>(master, grad, m, v, model.data(), c);
+  else if (model.dtype == DType::bf16)
+    launch_update<M, bfloat16_t>(master, grad, m, v, model.data, c);
   else
-    launch_update<M, float16_t>(master, grad, m, v, model.data(), c);
+    launch_update<M, float16_t>(master, grad, m, v, model.data, c);
 }
 
 /// Every rank learns whether some rank found a bad argument: that rank
@@ -319,22 +321,6 @@ double fingerprint(const AdamOptions& o) {
 
 }  // namespace
 
-// ---------------------------------------------------------------- ModelParamView
-
-ModelParamView::ModelParamView(Kokkos::View<bfloat16_t*> v)
-    : present_(true), dtype_(DType::bf16), data_(v.data()), n_(v.size()), bf16_(std::move(v)) {}
-ModelParamView::ModelParamView(Kokkos::View<float16_t*> v)
-    : present_(true), dtype_(DType::f16), data_(v.data()), n_(v.size()), f16_(std::move(v)) {}
-
-ModelParamView ModelParamView::raw(DType dtype, void* data, std::size_t n) {
-  ModelParamView m;
-  m.present_ = true;
-  m.dtype_ = dtype;
-  m.data_ = data;
-  m.n_ = n;
-  return m;
-}
-
 double GradStats::norm() const { return std::sqrt(sum_squares); }
 
 // ---------------------------------------------------------------- FusedAdam
@@ -360,21 +346,34 @@ FusedAdam::FusedAdam(AdamOptions options, Communicator shard_comm, Communicator 
                 "the same options on every rank");
 }
 
+int FusedAdam::add_group(const ShardedGroup& group) {
+  const int g = add_group(group.master(), group.grad(), group.model_param());
+  groups_[std::size_t(g)].owner = &group;
+  return g;
+}
+
+void FusedAdam::materialize_pending_grads() const {
+  // A unit that got no reduction since zero_grad() still holds last step's
+  // values; grad() zeroes it (a no-op for units already written this step).
+  for (const Group& grp : groups_)
+    if (grp.owner && grp.owner->grad_zero_pending()) (void)grp.owner->grad();
+}
+
 int FusedAdam::add_group(Kokkos::View<float*> master, Kokkos::View<float*> grad,
-                         ModelParamView model) {
+                         LowPrecisionShard model) {
   const int g = int(groups_.size());
   std::ostringstream bad;
   const std::size_t n = master.size();
   if (grad.size() != n)
     bad << "master has " << n << " elements but grad has " << grad.size() << "; ";
   if (n > 0 && master.data() == grad.data()) bad << "master and grad are the same memory; ";
-  if (model.present()) {
-    if (model.dtype() != DType::bf16 && model.dtype() != DType::f16)
-      bad << "model-parameter copy of dtype " << dtype_name(model.dtype()) << "; ";
-    if (model.size() != n)
-      bad << "model-parameter copy has " << model.size() << " elements for " << n
+  if (model.present) {
+    if (model.dtype != DType::bf16 && model.dtype != DType::f16)
+      bad << "model-parameter copy of dtype " << dtype_name(model.dtype) << "; ";
+    if (model.count != n)
+      bad << "model-parameter copy has " << model.count << " elements for " << n
           << " master elements; ";
-    if (model.size() > 0 && model.data() == nullptr) bad << "model-parameter copy is null; ";
+    if (model.count > 0 && model.data == nullptr) bad << "model-parameter copy is null; ";
   }
   std::string problem = bad.str();
   if (!problem.empty()) problem = "group " + std::to_string(g) + ": " + problem.substr(0, problem.size() - 2);
@@ -407,6 +406,7 @@ GradStats FusedAdam::grad_stats(float loss_scale) { return collect_stats(loss_sc
 GradStats FusedAdam::collect_stats(float loss_scale, double max_grad_norm) {
   // 1. One reduction kernel per non-empty group, then one small kernel that
   // totals them (devices wait only there).
+  materialize_pending_grads();
   GradStatsBatch batch(partials_);
   for (const Group& grp : groups_) batch.add(grp.grad);
   double local[2];
@@ -460,6 +460,9 @@ StepResult FusedAdam::apply(const GradStats& stats, float loss_scale, double max
   r.grad_norm = stats.norm();
   r.found_nonfinite = stats.found_nonfinite || !std::isfinite(r.grad_norm);
   if (r.found_nonfinite) {
+    // The finite part's norm would read like a real one (a log showing 0 or
+    // a modest number while the run diverges): say NaN.
+    r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     r.skipped = true;
     r.step = step_;
     return r;
@@ -485,6 +488,7 @@ StepResult FusedAdam::apply(const GradStats& stats, float loss_scale, double max
 
   // 3. One update kernel per non-empty group. Empty groups have nothing to
   // update, but the step still counts on this rank like on every other.
+  materialize_pending_grads();
   for (const Group& grp : groups_) {
     if (grp.master.size() == 0) continue;
     if (o.moment_dtype == DType::f32)

@@ -110,13 +110,7 @@ RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const
   ao.eps = 1e-6f;
   ao.weight_decay = 0.01f;
   kshard::FusedAdam adam(ao, mesh.shard_comm(), world);
-  for (std::size_t i = 0; i < model.num_units(); ++i) {
-    auto& g = model.group(i);
-    const auto mp = g.model_param();
-    adam.add_group(g.master(), g.grad(),
-                   mp.data ? kshard::ModelParamView::raw(mp.dtype, mp.data, mp.count)
-                           : kshard::ModelParamView());
-  }
+  for (std::size_t i = 0; i < model.num_units(); ++i) adam.add_group(model.group(i));
   kshard::DynamicLossScaler scaler(c.recipe.loss_scaling ? 1024.f : 1.f);
   const bool lm = c.arch == Arch::lm;
   const std::int64_t mrows = rows / c.micro_batches;

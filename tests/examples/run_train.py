@@ -26,7 +26,21 @@ every rank's stderr line "[rank r] kshard-train: error: ..." contains NEEDLE.
 Abort cases (--abort-case NEEDLE::ARGS): only some ranks fail; the job must
 end with a non-zero code and the failing rank's message, instead of hanging.
 A launch that runs past --timeout is a failure (a hang), not a wait.
+
+Token files (--token-files): the driver writes, in a temporary directory,
+little-endian uint16 token files with Python and replaces these words in every
+--run/--case: @TRAIN@ (20000 tokens of a learnable stream over vocab 64),
+@VAL@ (3000 tokens of the same stream, another seed), @TRAIN32@ and @VAL32@
+(the same as uint32), @ODD@ (an odd number of bytes), @SHORT@ (10 tokens), @BIGID@
+(@TRAIN@ with a few ids >= 64), @MISSING@ (no such file).
+--expect-eval N: rank 0 prints N finite "eval_loss <value>" lines;
+--expect-same-eval TOL: every run's eval losses equal the first run's within
+TOL (relative); --allow-steps: error cases may train first (divergence).
 """
+import array
+import random
+import shutil
+import tempfile
 import argparse
 import math
 import os
@@ -81,8 +95,48 @@ def show(p):
     sys.stdout.flush()
 
 
+def write_token_files(d):
+    """The token files of --token-files, written here with Python alone."""
+    def stream(n, seed):
+        r = random.Random(seed)
+        t, cur = [], 0
+        for _ in range(n):
+            cur = (cur * 3 + 1) % 64 if r.random() < 0.9 else r.randrange(64)
+            t.append(cur)
+        return t
+    def write(name, tokens, code="H", extra=b""):
+        path = os.path.join(d, name)
+        with open(path, "wb") as f:
+            a = array.array(code, tokens)
+            if sys.byteorder != "little":
+                a.byteswap()
+            f.write(a.tobytes() + extra)
+        return path
+    train = stream(20000, 1)
+    big = list(train)
+    for i in (5000, 10000, 15000, 19000):
+        big[i] = 64
+    val = stream(3000, 2)
+    return {"@TRAIN@": write("train.bin", train), "@VAL@": write("val.bin", val),
+            "@VAL32@": write("val32.bin", val, "I"),
+            "@TRAIN32@": write("train32.bin", train, "I"),
+            "@ODD@": write("odd.bin", train[:100], extra=b"\x01"),
+            "@SHORT@": write("short.bin", train[:10]), "@BIGID@": write("bigid.bin", big),
+            "@MISSING@": os.path.join(d, "missing.bin")}
+
+
+def substitute(a, text):
+    for k, v in a.files.items():
+        text = text.replace(k, v)
+    return text
+
+
+def eval_losses(out):
+    return [float(x) for x in re.findall(r"^eval_loss (\S+)", out, re.M)]
+
+
 def check_run(a, argstr):
-    args = shlex.split(argstr)
+    args = shlex.split(substitute(a, argstr))
     p, rcs = launch(a, args)
     show(p)
     ranks = {str(r) for r in range(a.last_np)}
@@ -92,6 +146,17 @@ def check_run(a, argstr):
     bad = {r: c for r, c in rcs.items() if c != 0}
     if bad:
         raise Failure(f"ranks exited with {bad}")
+    evals = eval_losses(p.stdout)
+    if not all(math.isfinite(x) for x in evals):
+        raise Failure(f"non-finite eval_loss: {evals}")
+    if a.expect_eval is not None and len(evals) != a.expect_eval:
+        raise Failure(f"{len(evals)} eval_loss lines, expected {a.expect_eval}")
+    if "--eval-only" in args:
+        if re.search(r"^step ", p.stdout, re.M):
+            raise Failure("--eval-only trained")
+        a.evals.append((argstr, evals))
+        return []
+    a.evals.append((argstr, evals))
     steps = re.findall(r"^step\s+(\d+)/(\d+)\s+loss (\S+)", p.stdout, re.M)
     if not steps:
         raise Failure("no step lines on rank 0")
@@ -120,7 +185,7 @@ def check_run(a, argstr):
 def check_error(a, case, plain=False):
     if "::" not in case:
         raise Failure(f"--case '{case}' is not NEEDLE::ARGS")
-    needle, argstr = case.split("::", 1)
+    needle, argstr = substitute(a, case).split("::", 1)
     p, rcs = launch(a, shlex.split(argstr))
     show(p)
     ranks = {str(r) for r in range(a.np)}
@@ -137,7 +202,7 @@ def check_error(a, case, plain=False):
         if not any(needle in l for l in lines):
             raise Failure(f"[{argstr}] rank {r}'s message does not name the problem "
                           f"('{needle}'): {lines}")
-    if re.search(r"^step ", p.stdout, re.M):
+    if not a.allow_steps and re.search(r"^step ", p.stdout, re.M):
         raise Failure(f"[{argstr}] training started despite the bad option")
     print(f"OK: [{argstr}] -> exit {a.expect_error} on every rank, message names '{needle}'")
     if plain:
@@ -183,7 +248,27 @@ def main():
     ap.add_argument("--case", action="append", default=[], help="NEEDLE::ARGS of a bad run")
     ap.add_argument("--abort-case", action="append", default=[],
                     help="NEEDLE::ARGS of a run in which only some ranks fail")
+    ap.add_argument("--token-files", action="store_true",
+                    help="write token files and substitute @TRAIN@, @VAL@, ... in the runs")
+    ap.add_argument("--expect-eval", type=int, help="number of eval_loss lines of each run")
+    ap.add_argument("--expect-same-eval", type=float, metavar="TOL",
+                    help="every run's eval losses equal the first run's within TOL (relative)")
+    ap.add_argument("--allow-steps", action="store_true",
+                    help="error cases may print step lines (they fail while training)")
     a = ap.parse_args()
+    a.files, a.evals = {}, []
+    tmp = None
+    if a.token_files:
+        tmp = tempfile.mkdtemp(prefix="kshard_run_train_")
+        a.files = write_token_files(tmp)
+    try:
+        return run_all(a, ap)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_all(a, ap):
     if a.mpiexec:
         a.launcher_arg.append(f"--mpiexec={a.mpiexec}")
     if not a.run and not a.case and not a.abort_case:
@@ -206,6 +291,15 @@ def main():
                                 f"by up to {diff:.2e} (tolerance {a.expect_same_losses:g})")
             else:
                 print(f"OK: [{args}] step losses match [{ref_args}] within {diff:.1e}")
+    if a.expect_same_eval is not None and len(a.evals) == len(a.run):
+        ref_args, ref = a.evals[0]
+        for args, e in a.evals[1:]:
+            diff = max((abs(x - y) / abs(y) for x, y in zip(e, ref)), default=0.0)
+            if len(e) != len(ref) or not ref or diff > a.expect_same_eval:
+                failures.append(f"run [{args}] eval losses {e} differ from [{ref_args}] {ref} "
+                                f"(relative {diff:.2e}, tolerance {a.expect_same_eval:g})")
+            else:
+                print(f"OK: [{args}] eval losses match [{ref_args}] within {diff:.1e} relative")
     for i, c in enumerate(a.case):
         try:
             check_error(a, c, plain=i == 0)

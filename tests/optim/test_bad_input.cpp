@@ -37,10 +37,10 @@ BOOST_AUTO_TEST_CASE(bad_model_copy) {
   KSHARD_CHECK_THROWS_ALL(opt.add_group(master, grad, short_copy), kshard::Error);
   Vec f32_copy("test.f32copy", 8);
   KSHARD_CHECK_THROWS_ALL(
-      opt.add_group(master, grad, kshard::ModelParamView::raw(kshard::DType::f32, f32_copy.data(), 8)),
+      opt.add_group(master, grad, kshard::LowPrecisionShard::raw(kshard::DType::f32, f32_copy.data(), 8)),
       kshard::Error);
   KSHARD_CHECK_THROWS_ALL(
-      opt.add_group(master, grad, kshard::ModelParamView::raw(kshard::DType::bf16, nullptr, 8)),
+      opt.add_group(master, grad, kshard::LowPrecisionShard::raw(kshard::DType::bf16, nullptr, 8)),
       kshard::Error);
 }
 

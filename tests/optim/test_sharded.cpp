@@ -139,7 +139,7 @@ struct Side {
       grad.push_back(Vec("test.grad", s.length));
       mb.emplace_back("test.model_bf16", c.model == 1 ? s.length : 0);
       mf.emplace_back("test.model_f16", c.model == 2 ? s.length : 0);
-      kshard::ModelParamView mp;
+      kshard::LowPrecisionShard mp;
       if (c.model == 1) mp = mb.back();
       if (c.model == 2) mp = mf.back();
       opt.add_group(master.back(), grad.back(), mp);

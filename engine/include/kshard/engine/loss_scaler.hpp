@@ -9,6 +9,14 @@
 //   model.forward_backward(..., scaler.scale());
 //   auto r = adam.step(scaler.scale());
 //   scaler.update(r.found_nonfinite);
+//   ...
+//   saved = {scaler.scale(), scaler.good_steps()};   // checkpoint
+//   scaler.restore(saved.scale, saved.good_steps);   // resume: the same next scales
+#include <cmath>
+#include <string>
+
+#include "kshard/error.hpp"
+
 namespace kshard {
 
 class DynamicLossScaler {
@@ -29,6 +37,21 @@ class DynamicLossScaler {
     }
   }
   int good_steps() const noexcept { return good_; }
+  int growth_interval() const noexcept { return growth_interval_; }
+  float min_scale() const noexcept { return min_scale_; }
+
+  /// Puts back a saved state (scale() and good_steps()), so that a resumed
+  /// run grows and backs off exactly where the saved one would have.
+  void restore(float scale, int good_steps) {
+    if (!(std::isfinite(scale) && scale >= min_scale_) || good_steps < 0 ||
+        good_steps >= growth_interval_)
+      throw Error("DynamicLossScaler::restore(scale " + std::to_string(scale) + ", good steps " +
+                      std::to_string(good_steps) + ")",
+                  "a finite scale >= min_scale " + std::to_string(min_scale_) +
+                      " and 0 <= good steps < growth_interval " + std::to_string(growth_interval_));
+    scale_ = scale;
+    good_ = good_steps;
+  }
 
  private:
   float scale_;

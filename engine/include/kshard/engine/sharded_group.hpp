@@ -33,20 +33,13 @@
 #include <Kokkos_Core.hpp>
 
 #include "kshard/engine/cast.hpp"
+#include "kshard/engine/low_precision_shard.hpp"
 #include "kshard/engine/param_index.hpp"
 #include "kshard/engine/recipe.hpp"
 #include "kshard/mesh/buffer_pool.hpp"
 #include "kshard/mesh/device_mesh.hpp"
 
 namespace kshard {
-
-/// A low-precision shard that the optimizer refreshes from the master
-/// (data == nullptr: none).
-struct ModelParamRef {
-  DType dtype = DType::f32;
-  void* data = nullptr;
-  std::size_t count = 0;
-};
 
 class ShardedGroup {
  public:
@@ -77,8 +70,8 @@ class ShardedGroup {
   Kokkos::View<float*> grad() const;
   /// The low-precision shard the optimizer's kernel keeps equal to
   /// cast(master) (bf16/f16 recipes with keep_low_precision_shard); none
-  /// otherwise.
-  ModelParamRef model_param() const noexcept;
+  /// (data == nullptr) otherwise. FusedAdam::add_group(ShardedGroup&) reads it.
+  LowPrecisionShard model_param() const noexcept;
   /// Re-derives the low-precision shard from the master (after init, after an
   /// optimizer step that did not write it, and for fp8_init: re-quantize).
   void refresh_low_precision();

@@ -4,7 +4,8 @@
 //   kshard::AdamOptions o;            // lr 1e-3, betas (0.9, 0.999), AdamW
 //   o.weight_decay = 0.1f;
 //   kshard::FusedAdam opt(o, mesh.shard_comm(), mesh.world());
-//   opt.add_group(master, grad, kshard::ModelParamView(model_bf16));  // one FSDP unit
+//   for (std::size_t i = 0; i < model.num_units(); ++i)
+//     opt.add_group(model.group(i));      // one FSDP unit: master, grad, 16-bit copy
 //   ...                                   // backward + reduce-scatter fill `grad`
 //   kshard::StepResult r = opt.step(loss_scale, /*max_grad_norm=*/1.0);
 //   if (r.skipped) scaler.backoff();      // inf/NaN somewhere: nobody stepped
@@ -49,10 +50,13 @@
 #include <Kokkos_Core.hpp>
 
 #include "kshard/dtype.hpp"
+#include "kshard/engine/low_precision_shard.hpp"
 #include "kshard/mesh/communicator.hpp"
 #include "kshard/numeric/types.hpp"
 
 namespace kshard {
+
+class ShardedGroup;
 
 struct AdamOptions {
   float lr = 1e-3f;
@@ -69,35 +73,11 @@ struct AdamOptions {
   bool maximize = false;
 };
 
-/// The low-precision model-parameter copy of one group, or none.
-/// Views keep their memory alive; raw() does not (the caller does). The
-/// memory must be that of the default execution space.
-class ModelParamView {
- public:
-  ModelParamView() = default;  // none
-  ModelParamView(Kokkos::View<bfloat16_t*> v);  // NOLINT: implicit on purpose
-  ModelParamView(Kokkos::View<float16_t*> v);   // NOLINT
-  /// dtype must be DType::bf16 or DType::f16 (checked by add_group).
-  static ModelParamView raw(DType dtype, void* data, std::size_t n);
-
-  bool present() const noexcept { return present_; }
-  DType dtype() const noexcept { return dtype_; }
-  void* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return n_; }
-
- private:
-  bool present_ = false;
-  DType dtype_ = DType::bf16;
-  void* data_ = nullptr;
-  std::size_t n_ = 0;
-  Kokkos::View<bfloat16_t*> bf16_;
-  Kokkos::View<float16_t*> f16_;
-};
-
 struct StepResult {
   bool skipped = false;          // true exactly when found_nonfinite
   bool found_nonfinite = false;  // inf/NaN in the gradient of some rank of the world
   double grad_norm = 0;          // global L2 norm of the unscaled gradient, before clipping
+                                 // (NaN when found_nonfinite: there is no meaningful norm)
   double clip_coef = 1;          // factor applied to the unscaled gradient (1: no clipping)
   std::int64_t step = 0;         // step count after this call
 };
@@ -129,10 +109,16 @@ class FusedAdam {
   FusedAdam(FusedAdam&&) = default;
   FusedAdam& operator=(FusedAdam&&) = default;
 
-  /// Registers one flat shard (sizes may be 0). Collective over world.
-  /// Returns the group index.
+  /// Registers one FSDP unit: its f32 master shard, f32 gradient shard and,
+  /// when the group keeps one, its 16-bit copy (ShardedGroup::model_param()).
+  /// The group must outlive the optimizer. Collective over world. Returns the
+  /// group index.
+  int add_group(const ShardedGroup& group);
+  /// Registers one flat shard given by its buffers (sizes may be 0), for
+  /// shards that do not live in a ShardedGroup (tests, benchmarks).
+  /// Collective over world. Returns the group index.
   int add_group(Kokkos::View<float*> master, Kokkos::View<float*> grad,
-                ModelParamView model = {});
+                LowPrecisionShard model = {});
 
   /// grad_stats() then apply(): the whole step. `loss_scale` > 0: gradients
   /// hold loss_scale x the true gradient; max_grad_norm 0: no clipping.
@@ -168,9 +154,13 @@ class FusedAdam {
  private:
   struct Group {
     Kokkos::View<float*> master, grad;
-    ModelParamView model;
+    LowPrecisionShard model;
     AdamGroupState state;
+    // The unit the buffers came from, if any: its gradient shard may still be
+    // pending zero (ShardedGroup::zero_grad is lazy) and is materialized first.
+    const ShardedGroup* owner = nullptr;
   };
+  void materialize_pending_grads() const;
   const Group& group(int g, const char* who) const;
   GradStats collect_stats(float loss_scale, double max_grad_norm);
   GradStats agree_stats(double sum, double nonfinite, float loss_scale, double max_grad_norm);

@@ -1,0 +1,14 @@
+#pragma once
+// kshard::train umbrella header: Trainer (the training loop), its state, the
+// token data sources and the memory estimate. Pulls in kshard::optim and
+// kshard::engine.
+#include "kshard/engine/embedding.hpp"
+#include "kshard/engine/fsdp_model.hpp"
+#include "kshard/engine/layer_norm.hpp"
+#include "kshard/engine/linear.hpp"
+#include "kshard/engine/transformer_layer.hpp"
+#include "kshard/train/memory_estimate.hpp"
+#include "kshard/train/token_file.hpp"
+#include "kshard/train/token_source.hpp"
+#include "kshard/train/trainer.hpp"
+#include "kshard/train/trainer_state.hpp"

@@ -1,0 +1,107 @@
+#include "kshard/train/memory_estimate.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "agree.hpp"
+#include "device_memory.hpp"
+#include "kshard/engine/param_index.hpp"
+#include "kshard/error.hpp"
+#include "kshard/mesh/session.hpp"
+
+namespace kshard {
+namespace {
+
+std::string gib(double b) {
+  char buf[32];
+  if (b < 1024.0 * 1024.0 * 1024.0)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+std::string MemoryEstimate::describe() const {
+  return gib(total()) + " (persistent " + gib(persistent) + ", two unsharded units " +
+         gib(unsharded) + ", activations " + gib(activations) + ")";
+}
+
+MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Recipe& recipe,
+                                  int shard_size, std::int64_t batch, std::int64_t seq,
+                                  bool keep_low_precision_shard) {
+  if (shard_size < 1 || batch < 1 || seq < 1)
+    throw Error("memory estimate for shard size " + std::to_string(shard_size) + ", batch " +
+                    std::to_string(batch) + ", seq " + std::to_string(seq),
+                "positive sizes");
+  MemoryEstimate e;
+  const double compute = double(dtype_size(recipe.compute_dtype));
+  const double rows = double(batch) * double(seq);
+  double lp_per_elem = 0;
+  if (recipe.fp8_init) lp_per_elem = 1;
+  else if (keep_low_precision_shard && (recipe.gather_dtype == DType::bf16 ||
+                                        recipe.gather_dtype == DType::f16))
+    lp_per_elem = 2;
+  double max_unit = 0, widest = 0, saved = 0, last_out = 0;
+  for (const LayerDef& def : layers) {
+    // A Layer<float> object only describes itself: nothing is allocated
+    // before its first forward.
+    const auto layer = def.make<float>();
+    const std::vector<ParamSpec> specs = layer->param_specs();
+    for (const ParamSpec& s : specs) e.params += s.numel();
+    if (!specs.empty()) {
+      const ParamIndex index(specs, shard_size, ParamIndex::default_align, recipe.fp8_block);
+      e.persistent += double(index.shard_numel()) * (16.0 + lp_per_elem);
+      max_unit = std::max(max_unit, double(index.flat_numel()) * (compute + 4.0));
+    }
+    const double in = double(layer->in_features()), out = double(layer->out_features());
+    widest = std::max({widest, in, out});
+    // Saved activations per token: a pre-LN transformer block keeps its
+    // LayerNorm outputs, q/k/v, the attention output, the MLP's 4d hidden
+    // before and after GELU and the residual sums: ~18 x width.
+    saved += rows * (layer->kind() == "TransformerLayer" ? 18.0 * out : in + out) * compute;
+    last_out = out;
+  }
+  e.unsharded = 2.0 * max_unit;
+  // Logits in f32 (the model's output copy) and the two backward buffers.
+  e.activations = saved + rows * last_out * 4.0 + 2.0 * rows * widest * compute;
+  return e;
+}
+
+double available_memory_per_rank() {
+  const double bytes = train_detail::available_device_bytes();
+  if (bytes <= 0) return 0;
+  int sharers = 1;
+  if (Session::active()) {
+#if defined(KOKKOS_ENABLE_CUDA)
+    sharers = Session::current().device_sharers();
+#else
+    sharers = Session::current().local_size();
+#endif
+  }
+  return bytes / double(std::max(1, sharers));
+}
+
+void check_memory_fits(const Communicator& comm, const MemoryEstimate& estimate) {
+  const double avail = available_memory_per_rank();
+  const double need = estimate.total();
+  // Short by how much, on the worst rank (0: fits everywhere or unknown).
+  const double shortfall = avail > 0 && need > avail ? need - avail : 0.0;
+  const train_detail::HostReducer reducer(comm);
+  const auto worst = reducer.run({shortfall, avail > 0 ? -avail : -1e300}, ReduceOp::max);
+  if (worst[0] > 0)
+    throw Error("the run needs about " + estimate.describe() + " per rank for " +
+                    std::to_string(estimate.params) + " parameters, but a rank has only " +
+                    gib(-worst[1]) + " available (" +
+#if defined(KOKKOS_ENABLE_CUDA)
+                    "free GPU memory shared by its ranks"
+#else
+                    "MemAvailable shared by the node's ranks"
+#endif
+                    + ")",
+                "a run that fits: more ranks (a larger shard dimension), a smaller --batch or "
+                "--seq, or a smaller model");
+}
+
+}  // namespace kshard
