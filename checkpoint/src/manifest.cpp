@@ -64,6 +64,9 @@ class Reader {
  public:
   explicit Reader(std::string source) : source_(std::move(source)) {}
 
+  static std::string join(const std::string& where, const char* key) {
+    return where.empty() ? std::string(key) : where + "." + key;
+  }
   [[noreturn]] void bad(const std::string& where, const std::string& what,
                         const std::string& expected = "a manifest written by kshard") const {
     throw Error("manifest '" + source_ + "': " + where + " " + what, expected);
@@ -71,25 +74,25 @@ class Reader {
   const json& field(const json& obj, const std::string& where, const char* key) const {
     if (!obj.is_object()) bad(where, "is not a JSON object");
     auto it = obj.find(key);
-    if (it == obj.end()) bad(where + "." + key, "is missing");
+    if (it == obj.end()) bad(join(where, key), "is missing");
     return *it;
   }
   std::int64_t integer(const json& obj, const std::string& where, const char* key,
                        std::int64_t min = 0) const {
     const json& v = field(obj, where, key);
-    if (!v.is_number_integer()) bad(where + "." + key, "is not an integer");
+    if (!v.is_number_integer()) bad(join(where, key), "is not an integer");
     const auto x = v.get<std::int64_t>();
-    if (x < min) bad(where + "." + key, "= " + std::to_string(x) + " is below " + std::to_string(min));
+    if (x < min) bad(join(where, key), "= " + std::to_string(x) + " is below " + std::to_string(min));
     return x;
   }
   std::string string(const json& obj, const std::string& where, const char* key) const {
     const json& v = field(obj, where, key);
-    if (!v.is_string()) bad(where + "." + key, "is not a string");
+    if (!v.is_string()) bad(join(where, key), "is not a string");
     return v.get<std::string>();
   }
   const json& array(const json& obj, const std::string& where, const char* key) const {
     const json& v = field(obj, where, key);
-    if (!v.is_array()) bad(where + "." + key, "is not an array");
+    if (!v.is_array()) bad(join(where, key), "is not an array");
     return v;
   }
   DType dtype(const json& obj, const std::string& where, const char* key) const {
@@ -97,7 +100,7 @@ class Reader {
     try {
       return parse_dtype(s);
     } catch (const Error&) {
-      bad(where + "." + key, "= '" + s + "' is not a dtype");
+      bad(join(where, key), "= '" + s + "' is not a dtype");
     }
   }
 
