@@ -156,13 +156,21 @@ class Reader {
     const std::int64_t es = std::int64_t(dtype_size(t.dtype));
     for (const ReadOp& op : plan_reads(t.pieces, begin, count, es, m_.crc_block_bytes)) {
       File& f = file(op.file);
-      buf_.resize(std::size_t(op.bytes));
-      f.pread_all(buf_.data(), std::size_t(op.bytes), op.file_offset);
+      // Same dtype and exactly the wanted bytes (a load on the saving layout):
+      // read straight into the staging buffer, no bounce copy.
+      const bool direct = t.dtype == dtype_of<Dst>::value && op.skip_bytes == 0 &&
+                          op.bytes == op.count * es;
+      char* data = direct ? reinterpret_cast<char*>(dst + op.dst_begin) : nullptr;
+      if (!direct) {
+        buf_.resize(std::size_t(op.bytes));
+        data = buf_.data();
+      }
+      f.pread_all(data, std::size_t(op.bytes), op.file_offset);
       bytes_ += std::uint64_t(op.bytes);
       for (std::int64_t b = 0; b * m_.crc_block_bytes < op.bytes; ++b) {
         const std::int64_t lo = b * m_.crc_block_bytes;
         const std::int64_t n = std::min(m_.crc_block_bytes, op.bytes - lo);
-        const std::uint32_t got = crc32_of(buf_.data() + lo, std::size_t(n));
+        const std::uint32_t got = crc32_of(data + lo, std::size_t(n));
         const std::uint32_t want = op.piece->crc32.at(std::size_t(op.first_block + b));
         if (got != want)
           throw Error("checkpoint data file '" + f.path().string() + "' is corrupt: bytes [" +
@@ -172,7 +180,7 @@ class Reader {
                           " but the manifest records " + hex(want),
                       "the bytes as they were saved");
       }
-      convert(buf_.data() + op.skip_bytes, t.dtype, dst + op.dst_begin, op.count);
+      if (!direct) convert(buf_.data() + op.skip_bytes, t.dtype, dst + op.dst_begin, op.count);
     }
   }
   std::uint64_t bytes() const noexcept { return bytes_; }
