@@ -1,0 +1,342 @@
+// save_checkpoint: each writing rank writes what it owns, per parameter, into
+// one data file; rank 0 writes the manifest last and renames the directory.
+//
+// Phases (each ends with every rank agreeing, see agree.hpp):
+//  0. arguments are the same on every rank (step), the optimizer matches the
+//     model; rank 0 creates <save_dir>/.tmp-step-N (removing a leftover);
+//  1. writers (under HSDP: the ranks of replica 0 only, so no byte is written
+//     twice) write shard-<rank>.bin, fsync it and describe its pieces;
+//  2. the descriptions go to rank 0, which writes manifest.json, fsyncs it
+//     and the directory, renames .tmp-step-N to step-N, fsyncs the save
+//     directory and prunes old checkpoints.
+// A failure in 1 or 2 removes the temporary directory (best effort); a rank
+// that dies leaves it behind, never a step-N directory.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "agree.hpp"
+#include "file_io.hpp"
+#include "kshard/checkpoint/checkpoint.hpp"
+#include "kshard/checkpoint/manifest.hpp"
+#include "model_state.hpp"
+#include "save_dir.hpp"
+
+namespace kshard {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace ckpt {
+namespace {
+
+/// One piece this rank writes: elements [start, start + count) of parameter
+/// `param` of `unit`, tensor `kind`, at `offset` of its file.
+struct Planned {
+  std::size_t unit = 0, param = 0;
+  int kind = 0;
+  std::int64_t start = 0, count = 0;
+  std::int64_t shard_elem = 0;  // where the data starts in the rank's shard
+  std::int64_t offset = 0, bytes = 0;
+};
+
+/// Test hook: KSHARD_CHECKPOINT_TEST_FAULT="<exit|enospc>:<world rank>:<step>"
+/// makes that rank, saving that step, _exit(3) or fail as if the disk were
+/// full once half of its data file is written. Used by tests/checkpoint to
+/// show that an interrupted save never yields a loadable directory.
+struct Fault {
+  bool exit_now = false, disk_full = false;
+};
+Fault injected_fault(int rank, std::int64_t step) {
+  const char* s = std::getenv("KSHARD_CHECKPOINT_TEST_FAULT");
+  Fault f;
+  if (!s) return f;
+  const std::string v = s;
+  const auto a = v.find(':'), b = v.find(':', a == std::string::npos ? a : a + 1);
+  if (a == std::string::npos || b == std::string::npos) return f;
+  if (std::atoi(v.substr(a + 1, b - a - 1).c_str()) != rank ||
+      std::atoll(v.substr(b + 1).c_str()) != step)
+    return f;
+  f.exit_now = v.compare(0, a, "exit") == 0;
+  f.disk_full = v.compare(0, a, "enospc") == 0;
+  return f;
+}
+
+std::string file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shard-%05d.bin", rank);
+  return buf;
+}
+
+std::vector<Planned> plan(FsdpModel& model, bool with_optimizer, DType moment_dtype) {
+  std::vector<Planned> out;
+  std::int64_t offset = 0;
+  const int kinds = with_optimizer ? 3 : 1;
+  for (std::size_t u = 0; u < model.num_units(); ++u) {
+    const ShardedGroup& g = model.group(u);
+    const ParamIndex& idx = g.index();
+    const std::int64_t first = idx.shard_range(g.shard_rank()).first;
+    for (int k = 0; k < kinds; ++k) {
+      const std::int64_t es = std::int64_t(dtype_size(k == 0 ? DType::f32 : moment_dtype));
+      for (std::size_t i = 0; i < idx.size(); ++i)
+        for (const auto& pc : idx.pieces_in_shard(i, g.shard_rank())) {
+          Planned p;
+          p.unit = u;
+          p.param = i;
+          p.kind = k;
+          p.start = pc.param_begin;
+          p.count = pc.count;
+          p.shard_elem = pc.flat_begin - first;
+          p.offset = offset;
+          p.bytes = pc.count * es;
+          offset += p.bytes;
+          out.push_back(p);
+        }
+    }
+  }
+  return out;
+}
+
+/// Phase 1 on a writing rank: the data file, fsynced; returns its description.
+json write_data_file(const fs::path& tmp, int rank, std::int64_t step, FsdpModel& model,
+                     const FusedAdam* opt, const SaveOptions& o, std::uint64_t& bytes_written) {
+  const DType mdt = opt ? opt->options().moment_dtype : DType::f32;
+  const std::vector<Planned> pieces = plan(model, opt != nullptr, mdt);
+  std::int64_t total = 0;
+  for (const auto& p : pieces) total += p.bytes;
+  const Fault fault = injected_fault(rank, step);
+
+  const std::string name = file_name(rank);
+  File f = File::create(tmp / name);
+  json desc_pieces = json::array();
+  std::int64_t written = 0;
+  std::size_t next = 0;
+  Kokkos::fence();  // the optimizer's update kernels may still run
+  for (std::size_t u = 0; u < model.num_units(); ++u) {
+    // One unit's host copies at a time (device builds: bounded host memory).
+    const UnitHost host = copy_to_host(model.group(u), opt ? &opt->state(int(u)) : nullptr);
+    for (; next < pieces.size() && pieces[next].unit == u; ++next) {
+      const Planned& p = pieces[next];
+      if ((fault.exit_now || fault.disk_full) && written > 0 && 2 * written >= total) {
+        if (fault.exit_now) ::_exit(3);
+        throw Error("cannot write '" + f.path().string() + "': " + errno_text(ENOSPC) +
+                        " (injected by KSHARD_CHECKPOINT_TEST_FAULT) after " +
+                        std::to_string(written) + " of " + std::to_string(total) + " bytes",
+                    "a writable file system with free space");
+      }
+      const std::int64_t es = p.bytes / std::max<std::int64_t>(p.count, 1);
+      const char* src = host.data(p.kind) + p.shard_elem * es;
+      json crcs = json::array();
+      for (std::int64_t b = 0; b < p.bytes; b += o.crc_block_bytes)
+        crcs.push_back(crc32_of(src + b, std::size_t(std::min(o.crc_block_bytes, p.bytes - b))));
+      f.write_all(src, std::size_t(p.bytes));
+      written += p.bytes;
+      desc_pieces.push_back({p.unit, p.param, p.kind, p.start, p.count, p.offset, std::move(crcs)});
+    }
+  }
+  if (o.fsync) f.sync();
+  f.close();
+  bytes_written = std::uint64_t(written);
+  return json{{"name", name}, {"bytes", written}, {"pieces", std::move(desc_pieces)}};
+}
+
+/// Rank 0, phase 2: the manifest from every writer's description.
+Manifest build_manifest(std::int64_t step, FsdpModel& model, const FusedAdam* opt,
+                        const json& user_state, const SaveOptions& o,
+                        const std::vector<json>& descs) {
+  Manifest m;
+  m.step = step;
+  m.recipe = model.recipe().describe();
+  m.mesh = model.mesh().shape();
+  m.mesh_dims = model.mesh().dim_names();
+  m.world_size = model.mesh().world().size();
+  m.crc_block_bytes = o.crc_block_bytes;
+  m.has_optimizer = opt != nullptr;
+  m.optimizer_step = opt ? opt->step_count() : 0;
+  m.moment_dtype = opt ? opt->options().moment_dtype : DType::f32;
+  m.user_state = user_state;
+  const int kinds = opt ? 3 : 1;
+  for (std::size_t u = 0; u < model.num_units(); ++u) {
+    const ShardedGroup& g = model.group(u);
+    SavedUnit su;
+    su.name = g.name();
+    su.kind = model.layer_kind(u);
+    for (const auto& e : g.index().entries()) {
+      SavedParam sp;
+      sp.name = e.name;
+      sp.shape = e.shape;
+      sp.numel = e.numel;
+      for (int k = 0; k < kinds; ++k)
+        sp.tensors.push_back(SavedTensor{kTensorKinds[k], k == 0 ? DType::f32 : m.moment_dtype, {}});
+      su.params.push_back(std::move(sp));
+    }
+    m.units.push_back(std::move(su));
+  }
+  for (const json& d : descs) {
+    if (d.is_null()) continue;  // not a writer
+    const int file = int(m.files.size());
+    m.files.push_back(SavedFile{d.at("name").get<std::string>(), d.at("bytes").get<std::int64_t>()});
+    for (const json& p : d.at("pieces")) {
+      SavedPiece pc;
+      pc.start = p.at(3).get<std::int64_t>();
+      pc.count = p.at(4).get<std::int64_t>();
+      pc.file = file;
+      pc.offset = p.at(5).get<std::int64_t>();
+      pc.crc32 = p.at(6).get<std::vector<std::uint32_t>>();
+      m.units.at(p.at(0).get<std::size_t>())
+          .params.at(p.at(1).get<std::size_t>())
+          .tensors.at(p.at(2).get<std::size_t>())
+          .pieces.push_back(std::move(pc));
+    }
+  }
+  for (auto& u : m.units)
+    for (auto& p : u.params)
+      for (auto& t : p.tensors)
+        std::sort(t.pieces.begin(), t.pieces.end(),
+                  [](const SavedPiece& a, const SavedPiece& b) { return a.start < b.start; });
+  return m;
+}
+
+/// Every rank's description (JSON text) to rank 0.
+std::vector<json> gather_descriptions(MPI_Comm comm, const json& mine) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const std::string text = mine.is_null() ? std::string() : mine.dump();
+  int len = int(text.size());
+  std::vector<int> lens(rank == 0 ? std::size_t(size) : 0), displs;
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm);
+  std::string all;
+  if (rank == 0) {
+    int off = 0;
+    for (int l : lens) {
+      displs.push_back(off);
+      off += l;
+    }
+    all.resize(std::size_t(off));
+  }
+  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, comm);
+  std::vector<json> out;
+  if (rank == 0)
+    for (int r = 0; r < size; ++r)
+      out.push_back(lens[std::size_t(r)] == 0
+                        ? json()
+                        : json::parse(all.substr(std::size_t(displs[std::size_t(r)]),
+                                                 std::size_t(lens[std::size_t(r)]))));
+  return out;
+}
+
+/// Rank 0, phase 2: manifest, fsyncs, rename, prune.
+void commit(const fs::path& save_dir, const fs::path& tmp, const fs::path& final_path,
+            const Manifest& m, const SaveOptions& o) {
+  const json j = m.to_json();
+  // Self-check: what load will accept (coverage, offsets, checksum counts).
+  Manifest::from_json(j, (tmp / "manifest.json").string());
+  write_text_file(tmp / "manifest.json", j.dump(1), o.fsync);
+  if (o.fsync) fsync_directory(tmp);
+  std::error_code ec;
+  const fs::path old = save_dir / (".old-" + final_path.filename().string());
+  if (fs::exists(final_path, ec)) {
+    // Re-saving a step: move the old one aside first (rename cannot replace a
+    // non-empty directory); for that moment only the older steps are complete.
+    fs::remove_all(old, ec);
+    fs::rename(final_path, old);
+  }
+  fs::rename(tmp, final_path);
+  if (o.fsync) fsync_directory(save_dir);
+  prune(save_dir, o.keep_last);
+}
+
+/// All ranks hold the same value (else an error on every rank).
+std::string check_same(MPI_Comm comm, std::int64_t v, const std::string& what) {
+  long long mm[2] = {v, -v};
+  MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MAX, comm);
+  if (mm[0] == -mm[1]) return {};
+  return what + " differs between ranks (from " + std::to_string(-mm[1]) + " to " +
+         std::to_string(mm[0]) + ")";
+}
+
+SaveInfo save(const fs::path& save_dir, std::int64_t step, FsdpModel& model, const FusedAdam* opt,
+              const json& user_state, const SaveOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const DeviceMesh& mesh = model.mesh();
+  const Communicator& world = mesh.world();
+  MPI_Comm comm = world.mpi_comm();
+  const int rank = world.rank();
+  const bool writer = mesh.ndim() == 1 || mesh.coord(0) == 0;
+  const fs::path final_path = checkpoint_path(save_dir, step), tmp = temporary_path(save_dir, step);
+
+  // Phase 0.
+  const std::string differs = check_same(comm, step, "the step to save");
+  run_agreed(world, [&] {
+    if (!differs.empty()) throw Error("save_checkpoint: " + differs, "the same step on every rank");
+    if (step < 0) throw Error("save_checkpoint of step " + std::to_string(step), "a step >= 0");
+    if (o.crc_block_bytes < 1 || o.keep_last < 0)
+      throw Error("SaveOptions crc_block_bytes " + std::to_string(o.crc_block_bytes) +
+                      ", keep_last " + std::to_string(o.keep_last),
+                  "crc_block_bytes >= 1 and keep_last >= 0");
+    if (opt) check_optimizer_matches(model, *opt);
+    if (rank == 0) {
+      std::error_code ec;
+      fs::create_directories(save_dir, ec);
+      if (!fs::is_directory(save_dir))
+        throw Error("cannot create the save directory '" + save_dir.string() + "'" +
+                        (ec ? ": " + ec.message() : std::string(": a file is in the way")),
+                    "a writable directory");
+      fs::remove_all(tmp);  // a leftover of an interrupted save of this step
+      fs::create_directory(tmp);
+    }
+  });
+
+  auto cleanup = [&](const std::optional<Error>& err) {
+    try {
+      agree(world, err);
+    } catch (...) {
+      std::error_code ec;
+      if (rank == 0) fs::remove_all(tmp, ec);
+      throw;
+    }
+  };
+
+  // Phase 1.
+  SaveInfo info;
+  info.path = final_path;
+  info.step = step;
+  json desc;
+  cleanup(run_local([&] {
+    if (writer) desc = write_data_file(tmp, rank, step, model, opt, o, info.bytes_written);
+  }));
+
+  // Phase 2.
+  const std::vector<json> descs = gather_descriptions(comm, desc);
+  cleanup(run_local([&] {
+    if (rank == 0) commit(save_dir, tmp, final_path, build_manifest(step, model, opt, user_state, o, descs), o);
+  }));
+  unsigned long long total = info.bytes_written;
+  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm);
+  info.total_bytes = total;
+  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return info;
+}
+
+}  // namespace
+}  // namespace ckpt
+
+SaveInfo save_checkpoint(const fs::path& save_dir, std::int64_t step, FsdpModel& model,
+                         const FusedAdam& optimizer, const json& user_state,
+                         const SaveOptions& options) {
+  return ckpt::save(save_dir, step, model, &optimizer, user_state, options);
+}
+
+SaveInfo save_checkpoint(const fs::path& save_dir, std::int64_t step, FsdpModel& model,
+                         const json& user_state, const SaveOptions& options) {
+  return ckpt::save(save_dir, step, model, nullptr, user_state, options);
+}
+
+}  // namespace kshard

@@ -1,0 +1,60 @@
+// A rank killed during a save (two launches). crash_during_save runs with
+// KSHARD_CHECKPOINT_TEST_FAULT=exit:1:2: it saves step 1, then rank 1 _exits
+// halfway through its data file of step 2, so that launch fails (CTest
+// expects it to). after_crash, the next launch, checks that the partial save
+// left only a temporary directory that nothing takes for a checkpoint, that
+// step 1 is the latest and loads exactly, and that the next save cleans up.
+#include <kshard/testing/harness.hpp>
+
+#include "ckpt_test_util.hpp"
+
+namespace kt = kshard::testing;
+using namespace ckpt_test;
+
+namespace {
+fs::path kill_dir() { return root() / "kill"; }
+}  // namespace
+
+KSHARD_TEST_SUITE(kill)
+
+BOOST_AUTO_TEST_CASE(crash_during_save) {
+  KSHARD_SKIP_IF(env("KSHARD_CHECKPOINT_TEST_FAULT").empty(),
+                 "no KSHARD_CHECKPOINT_TEST_FAULT: run by checkpoint_kill_save");
+  const auto mesh = make_mesh(kt::world(), {kt::world_size()});
+  fresh_dir(kill_dir(), kt::world().mpi_comm());
+  Trainer a(mesh, "fp32", 31);
+  a.train_step();
+  kshard::save_checkpoint(kill_dir(), 1, *a.model, *a.opt, a.user_state());
+  const FullState st = full_state(a);
+  if (kt::world_rank() == 0) write_state(kill_dir().parent_path() / "kill-reference.bin", st);
+  a.train_step();
+  kshard::save_checkpoint(kill_dir(), 2, *a.model, *a.opt, a.user_state());  // rank 1 dies in here
+  BOOST_FAIL("the save of step 2 returned: the injected crash did not happen");
+}
+
+BOOST_AUTO_TEST_CASE(after_crash) {
+  KSHARD_SKIP_IF(env("KSHARD_CKPT_AFTER_KILL").empty(), "run by checkpoint_after_kill");
+  const fs::path tmp = kill_dir() / ".tmp-step-0000000002";
+  // The crash happened mid-write: a partial data file, no manifest, no step-2.
+  KSHARD_REQUIRE_ALL(fs::is_directory(tmp));
+  KSHARD_CHECK_ALL(fs::exists(tmp / "shard-00001.bin") && !fs::exists(tmp / "manifest.json"));
+  KSHARD_CHECK_ALL(!fs::exists(kshard::checkpoint_path(kill_dir(), 2)));
+  KSHARD_CHECK_ALL(kshard::list_checkpoints(kill_dir()).size() == 1);
+  KSHARD_CHECK_ALL(kshard::latest_checkpoint(kill_dir()) == kshard::checkpoint_path(kill_dir(), 1));
+  const auto mesh = make_mesh(kt::world(), {kt::world_size()});
+  Trainer b(mesh, "fp32", 32);
+  // The temporary directory itself is not a checkpoint.
+  const std::string e = error_of([&] { kshard::load_checkpoint(tmp, *b.model, *b.opt); });
+  KSHARD_CHECK_ALL_MSG(e.find("is not a complete checkpoint") != std::string::npos, "got: " << e);
+  const auto li = kshard::load_latest_checkpoint(kill_dir(), *b.model, *b.opt);
+  KSHARD_REQUIRE_ALL(li.has_value() && li->step == 1);
+  std::string why;
+  KSHARD_CHECK_ALL_MSG(same_state(full_state(b), read_state(kill_dir().parent_path() / "kill-reference.bin"), why),
+                       why);
+  b.restore(li->user_state);
+  b.train_step();
+  kshard::save_checkpoint(kill_dir(), 2, *b.model, *b.opt, b.user_state());
+  KSHARD_CHECK_ALL(!fs::exists(tmp) && kshard::latest_checkpoint(kill_dir()) == kshard::checkpoint_path(kill_dir(), 2));
+}
+
+KSHARD_TEST_SUITE_END()
