@@ -26,12 +26,17 @@ void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Co
   const std::int64_t rows = shape.rows();
   detail::ensure_size(h_, rows * d_, "kshard::LayerNormMLP::h");
   detail::ensure_size(a_, rows * hidden_, "kshard::LayerNormMLP::a");
-  detail::ensure_size(g_, rows * hidden_, "kshard::LayerNormMLP::g");
   const ActShape hidden_shape{shape.batch, shape.seq, hidden_};
   ln_.forward(x, shape, detail::slice(params, 0, 2), h_);
   fc1_.forward(h_, shape, detail::slice(params, 2, 2), a_);
-  detail::gelu_forward<T>(a_, g_);
-  fc2_.forward(g_, hidden_shape, detail::slice(params, 4, 2), y);
+  {
+    // The GELU output ([rows, hidden], the largest activation of the layer)
+    // is not kept: backward recomputes it from a_ (one elementwise pass) for
+    // fc2's weight gradient. Saves 4d per row per layer at d_ff = 4d.
+    auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
+    detail::gelu_forward<T>(a_, g.view);
+    fc2_.forward(g.view, hidden_shape, detail::slice(params, 4, 2), y);
+  }
   shape_ = shape;
   saved_ = true;
 }
@@ -43,7 +48,12 @@ void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& para
   const std::int64_t rows = shape_.rows();
   auto dg = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::dg");
   auto dh = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::dh");
-  fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg.view);
+  {
+    auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
+    detail::gelu_forward<T>(a_, g.view);  // bitwise the forward's values
+    fc2_.rebind_input(g.view);
+    fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg.view);
+  }
   detail::gelu_backward<T>(a_, dg.view, dg.view);  // elementwise, so in place is safe
   fc1_.backward(dg.view, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh.view);
   ln_.backward(dh.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);

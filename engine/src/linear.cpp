@@ -47,6 +47,16 @@ void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
 }
 
 template <class T>
+void Linear<T>::rebind_input(Kokkos::View<const T*> x) {
+  if (!saved_ || x.extent(0) != x_.extent(0))
+    throw Error("Linear::rebind_input with " + std::to_string(x.extent(0)) + " elements" +
+                    (saved_ ? "" : " before forward"),
+                "a forward first, then an input of the forward input's size (" +
+                    std::to_string(x_.extent(0)) + ")");
+  x_ = x;
+}
+
+template <class T>
 void Linear<T>::release() {
   x_ = {};
   saved_ = false;

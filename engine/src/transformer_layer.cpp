@@ -27,11 +27,15 @@ void TransformerLayer<T>::forward(Kokkos::View<const T*> x, ActShape shape,
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t n = shape.numel();
   detail::ensure_size(h1_, n, "kshard::TransformerLayer::h1");
-  detail::ensure_size(a_, n, "kshard::TransformerLayer::a");
   detail::ensure_size(x1_, n, "kshard::TransformerLayer::x1");
   ln1_.forward(x, shape, detail::slice(params, kLn1, kLn1N), h1_);
-  attn_.forward(h1_, shape, detail::slice(params, kAttn, kAttnN), a_);
-  detail::add<T>(x, a_, x1_);
+  {
+    // The attention output is needed only for the residual sum: a pool
+    // scratch, not saved for backward (one [rows, d] less per layer).
+    auto a = detail::scratch<T>(n, "kshard::TransformerLayer::a");
+    attn_.forward(h1_, shape, detail::slice(params, kAttn, kAttnN), a.view);
+    detail::add<T>(x, a.view, x1_);
+  }
   mlp_.forward(x1_, shape, detail::slice(params, kMlp, kMlpN), y);
   detail::add<T>(x1_, y, y);
   shape_ = shape;

@@ -40,7 +40,6 @@ class LayerNormMLP final : public Layer<T> {
   ActShape shape_{};
   Kokkos::View<T*> h_;   // LayerNorm output [rows, d]
   Kokkos::View<T*> a_;   // fc1 output, GELU input [rows, hidden]
-  Kokkos::View<T*> g_;   // GELU output [rows, hidden]
 };
 
 #define KSHARD_EXTERN_LAYER(T) extern template class LayerNormMLP<T>;

@@ -30,6 +30,11 @@ class Linear final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  /// Points the saved forward input at `x`, an equal recomputed copy (same
+  /// size), before backward: lets the owner of a large input give its memory
+  /// back after forward and rebuild it only for backward (LayerNormMLP does
+  /// so with the GELU output).
+  void rebind_input(Kokkos::View<const T*> x);
 
  private:
   std::int64_t in_, out_;

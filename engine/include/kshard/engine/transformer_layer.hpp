@@ -48,7 +48,6 @@ class TransformerLayer final : public Layer<T> {
   bool saved_ = false;
   ActShape shape_{};
   Kokkos::View<T*> h1_;   // LN1 output [rows, d]
-  Kokkos::View<T*> a_;    // attention output [rows, d]
   Kokkos::View<T*> x1_;   // after the first residual [rows, d]
 };
 
