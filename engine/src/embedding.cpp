@@ -32,14 +32,68 @@ void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weigh
 template <class T>
 void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
               Kokkos::View<accum_t<T>*> dweight, Kokkos::View<accum_t<T>*> dposition,
-              bool use_position, std::int64_t batch, std::int64_t seq, std::int64_t d) {
+              bool use_position, std::int64_t batch, std::int64_t seq, std::int64_t d,
+              std::int64_t vocab) {
   using A = accum_t<T>;
+  // The weight gradient is deterministic: each token id's rows are summed in
+  // row order, not with float atomics (whose order varies from run to run on
+  // a GPU), so a step is bitwise repeatable and a resumed run retraces the
+  // uninterrupted one. Rows are bucketed by id with integer atomics (exact),
+  // each bucket is put in row order (a row's place is the number of rows of
+  // its bucket before it: O(bucket^2) work, small for real text), then each
+  // bucket's rows are summed by one team. No host synchronisation, and the
+  // workspaces are pool blocks: nothing is allocated in a steady-state step.
+  const std::int64_t rows = batch * seq;
+  using I = std::int32_t;
+  auto offsets_s = detail::scratch<I>(vocab + 1, "kshard::Embedding::offsets");
+  auto cursor_s = detail::scratch<I>(vocab, "kshard::Embedding::cursor");
+  auto slots_s = detail::scratch<I>(rows, "kshard::Embedding::slots");
+  auto order_s = detail::scratch<I>(rows, "kshard::Embedding::order");
+  auto offsets = offsets_s.view;
+  auto cursor = cursor_s.view;
+  auto slots = slots_s.view;
+  auto order = order_s.view;
+  compat::for_each_index(
+      "kshard::embedding_zero_counts", vocab + 1, KOKKOS_LAMBDA(std::int64_t v) {
+        offsets(v) = 0;
+        if (v < vocab) cursor(v) = 0;
+      });
+  compat::for_each_index(
+      "kshard::embedding_count_ids", rows,
+      KOKKOS_LAMBDA(std::int64_t r) { Kokkos::atomic_add(&offsets(ids(r)), I(1)); });
+  // Exclusive scan of the counts, in place: offsets(v) = rows with id < v,
+  // offsets(vocab) = rows. (Each i reads its count before writing it.)
+  Kokkos::parallel_scan(
+      "kshard::embedding_bucket_offsets", Kokkos::RangePolicy<>(0, vocab + 1),
+      KOKKOS_LAMBDA(std::int64_t v, I& update, bool final) {
+        const I c = offsets(v);
+        if (final) offsets(v) = update;
+        update += c;
+      });
+  compat::for_each_index(
+      "kshard::embedding_fill_buckets", rows, KOKKOS_LAMBDA(std::int64_t r) {
+        const I id = ids(r);
+        slots(offsets(id) + Kokkos::atomic_fetch_add(&cursor(id), I(1))) = I(r);
+      });
+  compat::for_each_index(
+      "kshard::embedding_order_buckets", rows, KOKKOS_LAMBDA(std::int64_t p) {
+        const I r = slots(p);
+        const I id = ids(r);
+        const I lo = offsets(id), hi = offsets(id + 1);
+        I before = 0;
+        for (I q = lo; q < hi; ++q) before += slots(q) < r ? 1 : 0;
+        order(lo + before) = r;
+      });
   compat::for_each_row(
-      "kshard::embedding_backward_weight", batch * seq, d,
-      KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
-        const std::int64_t i = r * d + c;
-        const std::int64_t id = ids(r);
-        Kokkos::atomic_add(&dweight(id * d + c), to_accum(dy(i)));
+      "kshard::embedding_backward_weight", rows, d,
+      KOKKOS_LAMBDA(std::int64_t p, std::int64_t c) {
+        const I id = ids(order(p));
+        const I lo = offsets(id);
+        if (p != lo) return;  // one team per bucket: the one at its first place
+        const I hi = offsets(id + 1);
+        A s = 0;
+        for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
+        dweight(std::int64_t(id) * d + c) += s;
       });
   if (!use_position) return;
   Kokkos::parallel_for(
@@ -179,7 +233,7 @@ void Embedding<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   const bool pos = max_seq_ > 0;
   detail::embedding::backward<T>(ids_, dy, grads[0],
                                  pos ? grads[1] : Kokkos::View<accum_t<T>*>(), pos, shape_.batch,
-                                 shape_.seq, d_);
+                                 shape_.seq, d_, vocab_);
   // (A fill kernel, not deep_copy: Kokkos 3.4's deep_copy of a value fences.)
   fill<T>(dx, from_accum<T>(accum_t<T>(0)));
 }

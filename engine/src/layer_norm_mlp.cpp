@@ -28,13 +28,13 @@ void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Co
   detail::ensure_size(a_, rows * hidden_, "kshard::LayerNormMLP::a");
   const ActShape hidden_shape{shape.batch, shape.seq, hidden_};
   ln_.forward(x, shape, detail::slice(params, 0, 2), h_);
-  fc1_.forward(h_, shape, detail::slice(params, 2, 2), a_);
   {
     // The GELU output ([rows, hidden], the largest activation of the layer)
-    // is not kept: backward recomputes it from a_ (one elementwise pass) for
-    // fc2's weight gradient. Saves 4d per row per layer at d_ff = 4d.
+    // is not kept: backward recomputes it from the pre-activation a_ (one
+    // elementwise pass) for fc2's weight gradient. Saves 4d per row per
+    // layer at d_ff = 4d.
     auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
-    detail::gelu_forward<T>(a_, g.view);
+    fc1_.forward_gelu(h_, shape, detail::slice(params, 2, 2), a_, g.view);
     fc2_.forward(g.view, hidden_shape, detail::slice(params, 4, 2), y);
   }
   shape_ = shape;
@@ -50,7 +50,7 @@ void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& para
   auto dh = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::dh");
   {
     auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
-    detail::gelu_forward<T>(a_, g.view);  // bitwise the forward's values
+    detail::gelu_forward<T>(a_, g.view);  // the forward's values (to rounding)
     fc2_.rebind_input(g.view);
     fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg.view);
   }

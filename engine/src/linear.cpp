@@ -1,6 +1,8 @@
 #include "kshard/engine/linear.hpp"
 
+#include "kshard/engine/gelu.hpp"
 #include "kshard/engine/gemm.hpp"
+#include "linear_epilogue.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {
@@ -26,8 +28,36 @@ void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstVie
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
   using A = accum_t<T>;
-  gemm<T>(Trans::N, Trans::T, rows, out_, in_, A(1), x, params[0], A(0), y);
-  if (bias_) detail::add_row_vector<T>(y, params[1], rows, out_);
+  // With a bias: in the GEMM's epilogue where the backend has one.
+  if (!bias_ || !detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
+                                                    params[1].data(), y.data(),
+                                                    detail::LinearEpilogue::bias, nullptr)) {
+    gemm<T>(Trans::N, Trans::T, rows, out_, in_, A(1), x, params[0], A(0), y);
+    if (bias_) detail::add_row_vector<T>(y, params[1], rows, out_);
+  }
+  x_ = x;
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void Linear<T>::forward_gelu(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                             Kokkos::View<T*> pre, Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  if (!bias_ || std::int64_t(pre.extent(0)) != rows * out_)
+    throw Error("Linear::forward_gelu with " + std::string(bias_ ? "" : "no bias and ") +
+                    "a pre-activation of " + std::to_string(pre.extent(0)) + " elements",
+                "a Linear with bias and a pre-activation of rows x out = " +
+                    std::to_string(rows * out_) + " elements");
+  if (!detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
+                                          params[1].data(), y.data(),
+                                          detail::LinearEpilogue::bias_gelu, pre.data())) {
+    using A = accum_t<T>;
+    gemm<T>(Trans::N, Trans::T, rows, out_, in_, A(1), x, params[0], A(0), pre);
+    detail::add_row_vector<T>(pre, params[1], rows, out_);
+    detail::gelu_forward<T>(pre, y);
+  }
   x_ = x;
   shape_ = shape;
   saved_ = true;

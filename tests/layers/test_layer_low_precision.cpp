@@ -113,6 +113,13 @@ void all_layers() {
     compare(l, d, {2, 4, 8}, input({2, 4, 8}));
   }
   {
+    // Sizes multiples of 8: on CUDA the bias is added in cuBLASLt's epilogue
+    // (LayerNormMLP below also takes the bias + GELU epilogue for fc1).
+    Linear<T> l(16, 24);
+    Linear<double> d(16, 24);
+    compare(l, d, {2, 8, 16}, input({2, 8, 16}));
+  }
+  {
     LayerNorm<T> l(8);
     LayerNorm<double> d(8);
     compare(l, d, {2, 4, 8}, input({2, 4, 8}));

@@ -30,6 +30,13 @@ class Linear final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  /// forward, then GELU (tanh): pre = x W^T + b (kept by the caller for
+  /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T one
+  /// cuBLASLt call (bias and GELU in the GEMM's epilogue); elsewhere the GEMM
+  /// and two elementwise passes. backward() is the Linear's alone (dy w.r.t.
+  /// pre): the caller applies GELU's backward first.
+  void forward_gelu(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                    Kokkos::View<T*> pre, Kokkos::View<T*> y);
   /// Points the saved forward input at `x`, an equal recomputed copy (same
   /// size), before backward: lets the owner of a large input give its memory
   /// back after forward and rebuild it only for backward (LayerNormMLP does

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Per-kernel time of ONE training step, from an ncu CSV of a kshard-train run.
+
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv \\
+        kshard-train ... --steps 2 > ncu.csv
+    python3 bench/profile/ncu_step_breakdown.py ncu.csv [--step 2] [--json out.json]
+
+Steps are told apart by FusedAdam's update kernels (one per unit per step): step s is
+every kernel after the last update kernel of step s-1 up to the last update kernel of step
+s. Kernels are grouped by what the name says they are (cuBLAS GEMM, attention, elementwise,
+NCCL, ...) and summed; the sum is the GPU busy time of the step, to set against the step's
+wall time that kshard-train prints (the difference is time the GPU waited for the host).
+"""
+import argparse
+import csv
+import json
+import re
+import sys
+from collections import defaultdict
+
+# First match wins; patterns are searched in the demangled kernel name.
+CATEGORIES = [
+    ("NCCL", r"nccl"),
+    ("FusedAdam update", r"AdamUpdate|adam_update"),
+    ("attention (fused)", r"flash|Flash"),
+    ("attention softmax / mask", r"softmax|Softmax|causal"),
+    ("GEMM (cuBLAS/cuBLASLt)", r"gemm|Gemm|sm90_|sm80_|cutlass|Kernel2|xmma|ampere_|hopper_"),
+    ("LayerNorm", r"layer_norm|LayerNorm"),
+    ("GELU", r"gelu"),
+    ("bias add", r"add_row_vector"),
+    ("residual add", r"detail::add<|kshard::detail::add"),
+    ("cross-entropy", r"cross_entropy|softmax_xent|logsumexp"),
+    ("embedding", r"embedding|Embedding"),
+    ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad"),
+    ("casts", r"cast|convert|dequant|quant"),
+    ("fills", r"fill|ViewFill|zero"),
+]
+
+
+def category(name):
+    for cat, pat in CATEGORIES:
+        if re.search(pat, name):
+            return cat
+    return "other"
+
+
+def read(path):
+    rows = []
+    with open(path, newline="") as f:
+        lines = [l for l in f if l.startswith('"')]  # skip ncu's own log lines
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        v = float(r["Metric Value"].replace(",", ""))
+        unit = r.get("Metric Unit", "ns")
+        scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0,
+                 "msecond": 1.0}.get(unit, 1e-6)
+        rows.append((int(r["ID"]), r["Kernel Name"], v * scale))
+    rows.sort()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("--step", type=int, default=2, help="which step (1-based)")
+    ap.add_argument("--json", help="write the breakdown here")
+    ap.add_argument("--top", type=int, default=12, help="longest kernels to list")
+    a = ap.parse_args()
+    rows = read(a.csv)
+    if not rows:
+        sys.exit("no gpu__time_duration.sum rows in " + a.csv)
+    adam = [i for i, (_, n, _) in enumerate(rows) if category(n) == "FusedAdam update"]
+    # Boundaries: an update kernel followed by a non-update kernel ends a step.
+    ends = [i for i in adam if i + 1 >= len(rows) or category(rows[i + 1][1]) != "FusedAdam update"]
+    if len(ends) < a.step:
+        sys.exit(f"found {len(ends)} steps (optimizer update runs), asked for step {a.step}")
+    lo = ends[a.step - 2] + 1 if a.step >= 2 else 0
+    hi = ends[a.step - 1] + 1
+    step = rows[lo:hi]
+    by_cat = defaultdict(lambda: [0.0, 0])
+    for _, n, ms in step:
+        c = by_cat[category(n)]
+        c[0] += ms
+        c[1] += 1
+    total = sum(ms for _, _, ms in step)
+    print(f"step {a.step}: {len(step)} kernels, {total:.3f} ms of kernel time")
+    print(f"{'category':32s} {'ms':>9s} {'share':>7s} {'kernels':>8s}")
+    for cat, (ms, k) in sorted(by_cat.items(), key=lambda kv: -kv[1][0]):
+        print(f"{cat:32s} {ms:9.3f} {100 * ms / total:6.1f}% {k:8d}")
+    print("longest kernels:")
+    for _, n, ms in sorted(step, key=lambda r: -r[2])[: a.top]:
+        print(f"  {ms:8.3f} ms  {n[:110]}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"step": a.step, "kernels": len(step), "total_ms": total,
+                       "by_category": {c: {"ms": v[0], "kernels": v[1]} for c, v in by_cat.items()}},
+                      f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
