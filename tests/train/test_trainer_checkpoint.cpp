@@ -294,6 +294,10 @@ BOOST_AUTO_TEST_CASE(bad_trainer_state_is_an_error_everywhere) {
   kshard::save_checkpoint(dir / "no_position", 1, src->model(), src->optimizer(), no_position);
   kshard::save_checkpoint(dir / "unrestorable", 1, src->model(), src->optimizer(),
                           kshard::to_json(unrestorable));
+  kshard::TrainerState other_count = src->state();
+  other_count.optimizer_steps = 0;  // restorable, but not the manifest's count
+  kshard::save_checkpoint(dir / "other_count", 1, src->model(), src->optimizer(),
+                          kshard::to_json(other_count));
   kshard::save_checkpoint(dir / "other_step", 2, src->model(), src->optimizer(),
                           kshard::to_json(src->state()));
   kshard::save_checkpoint(dir / "model_only", 1, src->model(), kshard::to_json(src->state()));
@@ -309,6 +313,7 @@ BOOST_AUTO_TEST_CASE(bad_trainer_state_is_an_error_everywhere) {
       {kshard::checkpoint_path(dir / "no_position", 1), "lacks the field 'data_position'"},
       {kshard::checkpoint_path(dir / "unrestorable", 1), "optimizer_steps 6 for step 1"},
       {kshard::checkpoint_path(dir / "other_step", 2), "its trainer state says step 1"},
+      {kshard::checkpoint_path(dir / "other_count", 1), "says 0 optimizer steps, its manifest 1"},
       {kshard::checkpoint_path(dir / "model_only", 1), "holds no optimizer state"},
       {dir / "nothing" / "step-0000000001", "does not exist"}};
   for (const Case& c : cases) {

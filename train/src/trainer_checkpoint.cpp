@@ -49,7 +49,17 @@ LoadInfo Trainer::load(const fs::path& step_dir) {
       m = read_manifest(step_dir / "manifest.json");
     } catch (const Error&) {
     }
-    if (m) check_restorable(state_of(m->user_state, m->step, step_dir));
+    if (m) {
+      const TrainerState s = state_of(m->user_state, m->step, step_dir);
+      check_restorable(s);
+      // The manifest's own copy of Adam's step count (which load_checkpoint
+      // sets) and the state's (which restore sets) must be one number.
+      if (m->has_optimizer && m->optimizer_step != s.optimizer_steps)
+        throw Error("checkpoint '" + step_dir.string() + "': its trainer state says " +
+                        std::to_string(s.optimizer_steps) + " optimizer steps, its manifest " +
+                        std::to_string(m->optimizer_step),
+                    "a checkpoint written by Trainer::save (the same count in both)");
+    }
   } catch (...) {
     failure = std::current_exception();
   }
