@@ -62,8 +62,10 @@
 //   trainer.load("run/ckpt/step-0000000100");       // that one
 //
 // A loaded trainer continues bitwise as the saving one would have on the
-// same world size and mesh (the data position and the LR schedule are part
-// of the state, so --steps-style loops just continue from step_count());
+// same world size and mesh, given the same TrainerOptions otherwise (batch,
+// accum, AdamW settings and clip are the caller's, not part of the state;
+// the data position and the LR schedule are, so --steps-style loops just
+// continue from step_count());
 // on another world size or mesh the state is the same, the reductions add in
 // another order. The schedule of the checkpoint replaces the one in the
 // options. load() checks the trainer state in the manifest before it
