@@ -6,6 +6,17 @@
 //   mpiexec -n 4 kshard-train --mesh 2x2 --recipe bf16 --accum 2
 //   mpiexec -n 2 kshard-train --data train.bin --val-data val.bin --vocab 50304 \
 //       --eval-every 100 --lr-schedule cosine --warmup 100 --min-lr 3e-4
+//   mpiexec -n 2 kshard-train --save-dir ckpt --save-every 100 --resume   # restartable
+//   mpiexec -n 4 kshard-train --init-from model.safetensors --val-data val.bin --eval-only
+//
+// Checkpoints: --save-dir DIR saves DIR/step-<N> (kshard::Trainer::save: the
+// sharded tensors plus the TrainerState as JSON) every --save-every steps and
+// after the last step, keeping --keep of them; --resume continues from the
+// newest (Trainer::resume; the loop runs from trainer.step_count() to
+// --steps, the run's total). --init-from loads weights only, before the
+// Trainer exists (a checkpoint directory through the model-only
+// load_checkpoint, a .safetensors file through import_safetensors);
+// --export writes the final weights as safetensors.
 //
 // Rank 0 prints one line per step (loss averaged over ranks, gradient norm,
 // LR, tokens/s, peak memory of the worst rank, whether the optimizer skipped
@@ -22,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -30,6 +42,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/checkpoint/checkpoint.hpp"
+#include "kshard/checkpoint/safetensors.hpp"
 #include "kshard/engine/attention.hpp"
 #include "kshard/engine/embedding.hpp"
 #include "kshard/engine/fsdp_model.hpp"
@@ -145,6 +159,50 @@ kshard::TrainerOptions trainer_options(const TrainOptions& o) {
   return t;
 }
 
+std::string schedule_text(const kshard::LrScheduleConfig& c) {
+  std::ostringstream t;
+  t << kshard::LrSchedule::kind_name(c.kind) << " lr " << c.lr << " min_lr " << c.min_lr
+    << " warmup " << c.warmup << " total_steps " << c.total_steps;
+  return t.str();
+}
+
+/// --init-from: a checkpoint's step-N directory (weights through the
+/// model-only load_checkpoint) or a safetensors file (import_safetensors).
+/// Which one is decided from what every rank sees and agreed, so that no two
+/// ranks enter different loaders. A path that is neither (missing) goes to
+/// the loader its name suggests, which reports it on every rank.
+void init_from(kshard::FsdpModel& model, const std::string& path, Reducer& reducer, bool root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool dir = fs::is_directory(path, ec);
+  const bool safetensors =
+      !dir && (fs::is_regular_file(path, ec) ||
+               (path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0));
+  const double kind = safetensors ? 1 : 0;
+  const auto mx = reducer.run({kind, -kind}, kshard::ReduceOp::max);
+  if (mx[0] != -mx[1])
+    throw kshard::Error("--init-from '" + path + "' is a file on some ranks and not on others",
+                        "a path that every rank sees alike");
+  const auto t0 = Clock::now();
+  std::string what;
+  if (safetensors) {
+    kshard::import_safetensors(model, path);
+    what = "safetensors";
+  } else {
+    const kshard::LoadInfo li = kshard::load_checkpoint(path, model);
+    what = "checkpoint step " + std::to_string(li.step) + ", weights only";
+    if (li.recipe_changed) what += ", saved under " + li.saved_recipe;
+    if (li.resharded)
+      what += ", saved on " + std::to_string(li.saved_world_size) + " ranks mesh " +
+              shape_text(li.saved_mesh);
+  }
+  if (root) {
+    std::printf("initialised from %s  (%s)  seconds %.3f\n", path.c_str(), what.c_str(),
+                std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fflush(stdout);
+  }
+}
+
 int run(kshard::Session& session, int argc, char** argv) {
   const int rank = session.rank(), world_size = session.size();
   const kshard_train::ParsedOptions parsed = kshard_train::parse_options(argc, argv, world_size);
@@ -198,10 +256,13 @@ int run(kshard::Session& session, int argc, char** argv) {
   fo.keep_low_precision_shard = o.keep_lp_shard;
   kshard::FsdpModel built(mesh, defs, recipe, fo);
   built.init_parameters(o.seed);
+  Reducer reducer(world, 4);
+  // Weights only, before the Trainer (and its optimizer) exists: a new run
+  // from step 0 with fresh moments.
+  if (!o.init_from.empty()) init_from(built, o.init_from, reducer, root);
   kshard::Trainer trainer(std::move(built), trainer_options(o));
   const kshard::FsdpModel& model = trainer.model();
   const bool loss_scaling = model.recipe().loss_scaling;
-  Reducer reducer(world, 4);
 
   const std::int64_t rows = std::int64_t(o.batch) * o.seq;
   const std::int64_t params = model.num_parameters();
@@ -244,6 +305,57 @@ int run(kshard::Session& session, int argc, char** argv) {
     evaluate();
     return 0;
   }
+
+  // --resume: the newest checkpoint of --save-dir, tensors and TrainerState
+  // (step, optimizer step count, loss scale, data position, LR schedule).
+  std::int64_t last_saved = -1;  // the step of the newest checkpoint of this run
+  if (o.resume) {
+    if (const auto info = trainer.resume(o.save_dir)) {
+      last_saved = info->step;
+      if (root) {
+        std::printf("resumed from %s step %lld  bytes %llu  seconds %.3f\n",
+                    info->path.string().c_str(), (long long)info->step,
+                    (unsigned long long)info->bytes_read, info->seconds);
+        if (info->resharded)
+          std::printf("note: the checkpoint was saved on %d ranks, mesh %s: resharded\n",
+                      info->saved_world_size, shape_text(info->saved_mesh).c_str());
+        if (info->recipe_changed)
+          std::printf("note: the checkpoint was saved under recipe %s\n",
+                      info->saved_recipe.c_str());
+        // The schedule is part of the run's state: changing it halfway would
+        // make the resumed run another run. The checkpoint's wins.
+        const kshard::TrainerOptions asked = trainer_options(o);
+        if (trainer.schedule().config() != asked.schedule)
+          std::printf("warning: the checkpoint's LR schedule (%s) differs from the command "
+                      "line's (%s); continuing with the checkpoint's\n",
+                      schedule_text(trainer.schedule().config()).c_str(),
+                      schedule_text(asked.schedule).c_str());
+        if (trainer.state().data_seed != asked.data_seed)
+          std::printf("warning: the checkpoint's data seed %llu differs from --seed %llu; "
+                      "continuing with the checkpoint's data stream\n",
+                      (unsigned long long)trainer.state().data_seed,
+                      (unsigned long long)asked.data_seed);
+        if (trainer.step_count() >= o.steps)
+          std::printf("note: the checkpoint is at step %lld, --steps is %d: nothing to train\n",
+                      (long long)trainer.step_count(), o.steps);
+      }
+    } else if (root) {
+      std::printf("resume: no checkpoint in %s; starting fresh at step 0\n", o.save_dir.c_str());
+    }
+    if (root) std::fflush(stdout);
+  }
+  kshard::SaveOptions save_options;
+  save_options.keep_last = o.keep;
+  auto save = [&]() {
+    const kshard::SaveInfo si = trainer.save(o.save_dir, save_options);
+    last_saved = si.step;
+    if (root) {
+      std::printf("checkpoint saved %s step %lld bytes %llu seconds %.3f\n",
+                  si.path.string().c_str(), (long long)si.step,
+                  (unsigned long long)si.total_bytes, si.seconds);
+      std::fflush(stdout);
+    }
+  };
 
   // Fault injection for the tests: this rank alone fails at the first step,
   // while the others go on into a collective (see all_ranks_failed).
@@ -295,7 +407,7 @@ int run(kshard::Session& session, int argc, char** argv) {
     const int done = step + 1 - first_step;
     const double eta = elapsed / done * (o.steps - step - 1);
     if (root) {
-      std::printf("step %4d/%d  loss %.4f  grad_norm %.3f  lr %.3e  tokens/s %10.0f  peak/rank %s  "
+      std::printf("step %4d/%d  loss %.6f  grad_norm %.3f  lr %.3e  tokens/s %10.0f  peak/rank %s  "
                   "%s",
                   step + 1, o.steps, unsigned_nan(r.loss), unsigned_nan(r.optimizer.grad_norm),
                   r.lr, tps, mib(mx[1]).c_str(),
@@ -308,6 +420,7 @@ int run(kshard::Session& session, int argc, char** argv) {
     if (diverged) throw *stop;
     if (val && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps))
       evaluate();
+    if (!o.save_dir.empty() && o.save_every > 0 && (step + 1) % o.save_every == 0) save();
   }
   if (!std::isfinite(last_loss))
     throw kshard::TrainingDiverged(
@@ -315,6 +428,24 @@ int run(kshard::Session& session, int argc, char** argv) {
             ") after " +
             std::to_string(o.steps) + " steps, " + std::to_string(skipped_steps) + " skipped",
         "a finite loss: a lower --lr, or --max-skipped to stop at the first skipped steps");
+  // After the last step: a checkpoint (unless this step's is already there)
+  // and the exported weights.
+  if (!o.save_dir.empty() && last_saved != trainer.step_count()) save();
+  if (!o.export_path.empty()) {
+    const auto t0 = Clock::now();
+    kshard::export_safetensors(trainer.model(), o.export_path,
+                               o.export_dtype == "bf16" ? kshard::DType::bf16 : kshard::DType::f32,
+                               {{"kshard.train.step", std::to_string(trainer.step_count())}});
+    if (root) {
+      std::error_code ec;
+      const auto bytes = std::filesystem::file_size(o.export_path, ec);
+      std::printf("exported %s step %lld dtype %s bytes %llu seconds %.3f\n",
+                  o.export_path.c_str(), (long long)trainer.step_count(), o.export_dtype.c_str(),
+                  (unsigned long long)(ec ? 0 : bytes),
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+      std::fflush(stdout);
+    }
+  }
 
   const kshard::FusedAdam& adam = trainer.optimizer();
   const double persistent = double(model.persistent_bytes());

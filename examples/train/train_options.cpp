@@ -86,6 +86,11 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
       "the order of a double sum). Printed on rank 0 as one line: eval_loss <value>.\n\n"
       "LR schedule (step s = 0, 1, ..., T = --steps, W = --warmup): s < W: lr*(s+1)/(W+1);\n"
       "then constant lr, or linear / cosine decay from lr to --min-lr reached at step T-1.\n\n"
+      "Checkpoints (--save-dir DIR): DIR/step-<N>, sharded (every rank writes its part; any\n"
+      "world size or mesh loads them), saved every --save-every steps and after the last.\n"
+      "--resume continues from the newest one (same data stream and LR schedule; --steps\n"
+      "is the run's total). --init-from takes the weights only (a step-N directory or a\n"
+      "safetensors file); --export writes the final weights as one safetensors file.\n\n"
       "Usage: mpiexec -n N kshard-train [options]\n\nOptions");
   std::string data_dtype = o.data_dtype;
   // clang-format off
@@ -139,6 +144,22 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "K: the evaluation covers the first K x --batch windows of --val-data")
     ("eval-only", po::bool_switch(&o.eval_only),
      "evaluate the (initialised) model on --val-data, print eval_loss and exit")
+    ("save-dir", po::value<std::string>(&o.save_dir),
+     "save checkpoints in DIR/step-<N> (every --save-every steps and after the last step)")
+    ("save-every", po::value<int>(&o.save_every)->default_value(o.save_every),
+     "also save every N steps (0: only after the last step); needs --save-dir")
+    ("keep", po::value<int>(&o.keep)->default_value(o.keep),
+     "keep only the newest K checkpoints of --save-dir (0: all)")
+    ("resume", po::bool_switch(&o.resume),
+     "continue from the newest checkpoint of --save-dir (or start fresh, with a note, when "
+     "there is none); --steps stays the run's total")
+    ("init-from", po::value<std::string>(&o.init_from),
+     "start from these weights only (no optimizer state, step 0): a checkpoint's step-N "
+     "directory or a .safetensors file")
+    ("export", po::value<std::string>(&o.export_path),
+     "after the last step, write the model as one safetensors file FILE")
+    ("export-dtype", po::value<std::string>(&o.export_dtype)->default_value(o.export_dtype),
+     "dtype of --export: f32 or bf16")
     ("seed", po::value<std::string>(&seed)->default_value(seed), "seed of the parameters and the data")
     ("no-reshard-after-forward", po::bool_switch(&no_reshard),
      "keep each unit's full parameters from forward until its backward (ZeRO-2 style)")
@@ -210,6 +231,35 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   if ((o.eval_every > 0 || o.eval_only) && o.val_data.empty())
     throw OptionError(std::string(o.eval_only ? "--eval-only" : "--eval-every") +
                       " without --val-data; expected --val-data PATH to evaluate on");
+  check_range("save-every", o.save_every, 0, 100000000);
+  check_range("keep", o.keep, 0, 1000000);
+  if (o.save_dir.empty()) {
+    const char* needs = o.resume                  ? "--resume"
+                        : !vm["save-every"].defaulted() ? "--save-every"
+                        : !vm["keep"].defaulted()       ? "--keep"
+                                                        : nullptr;
+    if (needs)
+      throw OptionError(std::string(needs) +
+                        " without --save-dir; expected --save-dir DIR, the checkpoint directory");
+  }
+  if (o.resume && !o.init_from.empty())
+    throw OptionError("--init-from with --resume; expected one of them: --resume continues a "
+                      "run from its checkpoint, --init-from starts a new run from weights");
+  if (vm.count("init-from") && o.init_from.empty())
+    throw OptionError("--init-from ''; expected a checkpoint's step-N directory or a "
+                      ".safetensors file");
+  if (vm.count("save-dir") && o.save_dir.empty())
+    throw OptionError("--save-dir ''; expected a directory");
+  if (vm.count("export") && o.export_path.empty())
+    throw OptionError("--export ''; expected a file name");
+  if (o.export_dtype != "f32" && o.export_dtype != "bf16")
+    throw OptionError("--export-dtype '" + o.export_dtype + "' is unknown; expected f32 or bf16");
+  if (o.export_path.empty() && !vm["export-dtype"].defaulted())
+    throw OptionError("--export-dtype without --export; expected --export FILE");
+  if (o.eval_only && (!o.save_dir.empty() || !o.export_path.empty()))
+    throw OptionError(std::string(o.save_dir.empty() ? "--export" : "--save-dir") +
+                      " with --eval-only; expected --eval-only alone (it trains nothing, so it "
+                      "saves nothing: evaluate a checkpoint with --init-from)");
   if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8")
     throw OptionError("--recipe '" + o.recipe + "' is unknown; expected one of fp32, bf16, fp16, fp8");
   if (o.attention != "auto" && o.attention != "fused" && o.attention != "unfused" &&

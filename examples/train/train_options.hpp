@@ -52,6 +52,14 @@ struct TrainOptions {
   int eval_every = 0;                  ///< evaluate every N steps and at the end (0: never)
   int eval_batches = 8;                ///< K: evaluation over K x batch windows
   bool eval_only = false;              ///< evaluate the initial model and exit
+  // Checkpoints (kshard::Trainer::save / resume, kshard::checkpoint).
+  std::string save_dir;       ///< save checkpoints here (empty: never)
+  int save_every = 0;         ///< also every N steps (0: only after the last step)
+  int keep = 0;               ///< keep the newest K checkpoints (0: all)
+  bool resume = false;        ///< continue from the newest checkpoint of save_dir
+  std::string init_from;      ///< weights only: a step-N directory or a .safetensors file
+  std::string export_path;    ///< export the final model as safetensors (empty: no)
+  std::string export_dtype = "f32";  ///< f32 | bf16
   std::uint64_t seed = 1234;
   bool reshard_after_forward = true;
   bool bench = false;  ///< also print one machine-readable "BENCH {json}" line

@@ -17,27 +17,6 @@ using namespace train_test;
 
 namespace {
 
-/// Sequences of a token vector held in memory (no file): sequence g is the
-/// window at (7 g) mod (n - seq). Deterministic, cheap, independent of TokenFile.
-class VectorSource final : public kshard::TokenSource {
- public:
-  explicit VectorSource(std::vector<std::uint32_t> t) : t_(std::move(t)) {}
-  void fill(std::uint64_t, std::int64_t first, std::int64_t count, std::int64_t seq,
-            std::int32_t* ids, std::int32_t* targets) const override {
-    for (std::int64_t i = 0; i < count; ++i) {
-      const std::int64_t o = ((first + i) * 7) % (std::int64_t(t_.size()) - seq);
-      for (std::int64_t k = 0; k < seq; ++k) {
-        ids[i * seq + k] = std::int32_t(t_[std::size_t(o + k)]);
-        targets[i * seq + k] = std::int32_t(t_[std::size_t(o + k + 1)]);
-      }
-    }
-  }
-  std::string describe() const override { return "test vector"; }
-
- private:
-  std::vector<std::uint32_t> t_;
-};
-
 kshard::TrainerOptions options(int accum, const char* recipe_name = "fp32") {
   kshard::TrainerOptions o;
   o.batch = 2;

@@ -18,6 +18,7 @@
 #include <kshard/engine/linear.hpp>
 #include <kshard/engine/transformer_layer.hpp>
 #include <kshard/mesh/device_mesh.hpp>
+#include <kshard/train/token_source.hpp>
 
 namespace train_test {
 
@@ -77,6 +78,27 @@ class TempTokenFile {
 
  private:
   std::string path_;
+};
+
+/// Sequences of a token vector held in memory (no file): sequence g is the
+/// window at (7 g) mod (n - seq). Deterministic, cheap, independent of TokenFile.
+class VectorSource final : public kshard::TokenSource {
+ public:
+  explicit VectorSource(std::vector<std::uint32_t> t) : t_(std::move(t)) {}
+  void fill(std::uint64_t, std::int64_t first, std::int64_t count, std::int64_t seq,
+            std::int32_t* ids, std::int32_t* targets) const override {
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int64_t o = ((first + i) * 7) % (std::int64_t(t_.size()) - seq);
+      for (std::int64_t k = 0; k < seq; ++k) {
+        ids[i * seq + k] = std::int32_t(t_[std::size_t(o + k)]);
+        targets[i * seq + k] = std::int32_t(t_[std::size_t(o + k + 1)]);
+      }
+    }
+  }
+  std::string describe() const override { return "test vector"; }
+
+ private:
+  std::vector<std::uint32_t> t_;
 };
 
 /// The communicator of world ranks [0, n) (valid there; the others get the

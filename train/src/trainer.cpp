@@ -203,22 +203,27 @@ TrainerState Trainer::state() const {
   return s;
 }
 
-void Trainer::restore(const TrainerState& s) {
+void Trainer::check_restorable(const TrainerState& s) const {
   std::ostringstream bad;
   if (s.step < 0) bad << "step " << s.step << "; ";
   if (s.optimizer_steps < 0 || s.optimizer_steps > s.step)
     bad << "optimizer_steps " << s.optimizer_steps << " for step " << s.step << "; ";
   if (s.consecutive_skipped < 0) bad << "consecutive_skipped " << s.consecutive_skipped << "; ";
   if (s.data_position < 0) bad << "data_position " << s.data_position << "; ";
-  std::string problem = bad.str();
-  if (!problem.empty()) problem = "TrainerState with " + problem.substr(0, problem.size() - 2);
+  const std::string problem = bad.str();
+  if (!problem.empty())
+    throw Error("TrainerState with " + problem.substr(0, problem.size() - 2),
+                "a state saved by Trainer::state()");
+  LrSchedule check(s.schedule);
+  DynamicLossScaler probe(options_.initial_loss_scale, options_.loss_scale_growth_interval);
+  probe.restore(s.loss_scale, s.loss_scale_good_steps);
+}
+
+void Trainer::restore(const TrainerState& s) {
   // Validated here, before anything changes, so a bad state changes nothing.
   std::exception_ptr failure;
   try {
-    if (!problem.empty()) throw Error(problem, "a state saved by Trainer::state()");
-    LrSchedule check(s.schedule);
-    DynamicLossScaler probe(options_.initial_loss_scale, options_.loss_scale_growth_interval);
-    probe.restore(s.loss_scale, s.loss_scale_good_steps);
+    check_restorable(s);
   } catch (...) {
     failure = std::current_exception();
   }

@@ -1,6 +1,7 @@
 #pragma once
-// kshard::train umbrella header: Trainer (the training loop), its state, the
-// token data sources and the memory estimate. Pulls in kshard::optim and
+// kshard::train umbrella header: Trainer (the training loop, with its
+// checkpoints), its state and that state's JSON form, the token data sources
+// and the memory estimate. Pulls in kshard::checkpoint, kshard::optim and
 // kshard::engine.
 #include "kshard/engine/embedding.hpp"
 #include "kshard/engine/fsdp_model.hpp"
@@ -12,3 +13,4 @@
 #include "kshard/train/token_source.hpp"
 #include "kshard/train/trainer.hpp"
 #include "kshard/train/trainer_state.hpp"
+#include "kshard/train/trainer_state_json.hpp"

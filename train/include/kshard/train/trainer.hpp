@@ -52,6 +52,28 @@
 // max_skipped > 0, that many skipped steps in a row throw TrainingDiverged on
 // every rank (the skip decision is agreed, so they all count alike).
 //
+// Checkpoints (kshard::checkpoint, docs/CHECKPOINTS.md) hold the tensors —
+// the f32 master shards, Adam's moments and step count — and, as their JSON
+// user_state, the TrainerState (to_json, trainer_state_json.hpp):
+//
+//   trainer.save("run/ckpt");                       // run/ckpt/step-<step_count()>
+//   if (auto info = trainer.resume("run/ckpt"))     // the newest one, if any
+//     std::printf("resumed at step %lld\n", (long long)info->step);
+//   trainer.load("run/ckpt/step-0000000100");       // that one
+//
+// A loaded trainer continues bitwise as the saving one would have on the
+// same world size and mesh, given the same TrainerOptions otherwise (batch,
+// accum, AdamW settings and clip are the caller's, not part of the state;
+// the data position and the LR schedule are, so --steps-style loops just
+// continue from step_count());
+// on another world size or mesh the state is the same, the reductions add in
+// another order. The schedule of the checkpoint replaces the one in the
+// options. load() checks the trainer state in the manifest before it
+// touches any tensor, so a checkpoint whose state cannot be restored leaves
+// the trainer as it was. All three are collective over the world; an error
+// on any rank (a missing or corrupt file, a state that does not parse) is a
+// kshard::Error on every rank.
+//
 // evaluate() is the mean cross-entropy over a fixed set of windows of a
 // TokenFile, defined independently of the world size and mesh: window j is
 // tokens [j*seq, j*seq + seq], inputs its first seq tokens and targets the
@@ -62,12 +84,15 @@
 // the result is the same for any world size and mesh up to the order of that
 // double sum and the GEMMs' row blocking (a few ulps of fp32).
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/checkpoint/checkpoint.hpp"
 #include "kshard/engine/fsdp_model.hpp"
 #include "kshard/engine/loss_scaler.hpp"
 #include "kshard/error.hpp"
@@ -150,6 +175,17 @@ class Trainer {
   /// same state; checked, kshard::Error.
   void restore(const TrainerState& state);
 
+  /// Saves model, optimizer and state() as <dir>/step-<step_count()>
+  /// (save_checkpoint; options.keep_last prunes). Collective.
+  SaveInfo save(const std::filesystem::path& dir, const SaveOptions& options = {});
+  /// Loads the checkpoint directory step_dir (a <dir>/step-N) into model,
+  /// optimizer and state. Collective.
+  LoadInfo load(const std::filesystem::path& step_dir);
+  /// Loads the newest complete checkpoint of dir; nullopt (nothing changed)
+  /// when there is none, or dir does not exist. Collective; ranks that see
+  /// different newest checkpoints are an error.
+  std::optional<LoadInfo> resume(const std::filesystem::path& dir);
+
   std::int64_t step_count() const noexcept { return step_; }
   FsdpModel& model() noexcept { return model_; }
   const FsdpModel& model() const noexcept { return model_; }
@@ -163,6 +199,8 @@ class Trainer {
 
  private:
   void fill_host(const TokenSource& data);
+  /// Throws kshard::Error when `s` cannot be restored. Local.
+  void check_restorable(const TrainerState& s) const;
 
   // Declared first: destroyed last, after the optimizer that refers to its shards.
   FsdpModel model_;
