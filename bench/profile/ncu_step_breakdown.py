@@ -20,11 +20,11 @@ from collections import defaultdict
 
 # First match wins; patterns are searched in the demangled kernel name.
 CATEGORIES = [
-    ("NCCL", r"nccl"),
+    ("NCCL", r"nccl|oneRank"),
+    ("GEMM (cuBLAS/cuBLASLt)", r"nvjet|cutlass|gemm|Gemm|sm90_xmma|splitKreduce|Gemv"),
     ("FusedAdam update", r"AdamUpdate|adam_update"),
     ("attention (fused)", r"flash|Flash"),
     ("attention softmax / mask", r"softmax|Softmax|causal"),
-    ("GEMM (cuBLAS/cuBLASLt)", r"gemm|Gemm|sm90_|sm80_|cutlass|Kernel2|xmma|ampere_|hopper_"),
     ("LayerNorm", r"layer_norm|LayerNorm"),
     ("GELU", r"gelu"),
     ("bias add", r"add_row_vector"),
@@ -32,7 +32,7 @@ CATEGORIES = [
     ("cross-entropy", r"cross_entropy|softmax_xent|logsumexp"),
     ("embedding", r"embedding|Embedding"),
     ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad"),
-    ("casts", r"cast|convert|dequant|quant"),
+    ("casts", r"cast|convert|dequant|quant|FromF32|ToF32"),
     ("fills", r"fill|ViewFill|zero"),
 ]
 

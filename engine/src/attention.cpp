@@ -1,4 +1,5 @@
 #include "kshard/engine/attention.hpp"
+#include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
 #include <cmath>
@@ -47,7 +48,7 @@ template <class T>
 void causal_softmax_rows(Kokkos::View<T*> prob, std::int64_t nrows, std::int64_t seq) {
   using A = accum_t<T>;
   Kokkos::parallel_for(
-      "kshard::causal_softmax", Kokkos::TeamPolicy<>(static_cast<int>(nrows), Kokkos::AUTO),
+      "kshard::causal_softmax", compat::row_team_policy(nrows),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t n = r % seq + 1;  // query position i sees keys 0..i
@@ -80,7 +81,7 @@ void causal_softmax_backward_rows(Kokkos::View<const T*> prob, Kokkos::View<T*> 
   using A = accum_t<T>;
   Kokkos::parallel_for(
       "kshard::causal_softmax_backward",
-      Kokkos::TeamPolicy<>(static_cast<int>(nrows), Kokkos::AUTO),
+      compat::row_team_policy(nrows),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t n = r % seq + 1;

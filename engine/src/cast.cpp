@@ -120,7 +120,10 @@ void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
   // and a small reduction adds the slots.
   using Member = Kokkos::TeamPolicy<>::member_type;
   constexpr int kT = compat::kTeamThreads;
-  constexpr std::int64_t per_team = std::int64_t(kT) * compat::kElementsPerThread;
+  // 32 elements per thread (not for_each's 8): 4x fewer slots, and the
+  // one-team total below, which took 59 us over the 24,589 slots of a 50M
+  // element shard (ncu, H200), reads 4x less.
+  constexpr std::int64_t per_team = std::int64_t(kT) * 32;
   const std::int64_t n = std::int64_t(dst.extent(0));
   const std::int64_t league = (n + per_team - 1) / per_team;
   memory::Block block = memory::acquire(std::size_t(2 * league) * sizeof(double),

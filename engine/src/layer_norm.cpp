@@ -1,4 +1,5 @@
 #include "kshard/engine/layer_norm.hpp"
+#include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
 #include <cmath>
@@ -17,7 +18,7 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
              std::int64_t rows, std::int64_t d, double eps) {
   using A = accum_t<T>;
   Kokkos::parallel_for(
-      "kshard::layer_norm_forward", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
+      "kshard::layer_norm_forward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const T* xr = x.data() + r * d;
@@ -57,7 +58,7 @@ void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vi
               std::int64_t d) {
   using A = accum_t<T>;
   Kokkos::parallel_for(
-      "kshard::layer_norm_backward", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
+      "kshard::layer_norm_backward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t o = r * d;

@@ -1,4 +1,5 @@
 #include "kshard/engine/loss.hpp"
+#include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
 #include <string>
@@ -80,7 +81,7 @@ void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
                                         "kshard::cross_entropy.row_loss");
   auto row_loss = block.view<double>(std::size_t(rows));
   Kokkos::parallel_for(
-      "kshard::cross_entropy", Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
+      "kshard::cross_entropy", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const T* l = logits + r * vocab;

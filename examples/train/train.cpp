@@ -6,14 +6,15 @@
 //   mpiexec -n 4 kshard-train --mesh 2x2 --recipe bf16 --accum 2
 //   mpiexec -n 2 kshard-train --data train.bin --val-data val.bin --vocab 50304 \
 //       --eval-every 100 --lr-schedule cosine --warmup 100 --min-lr 3e-4
-//   mpiexec -n 2 kshard-train --save-dir ckpt --save-every 100 --resume   # restartable
+//   mpiexec -n 2 kshard-train --save-dir ckpt --save-every 100 --resume ckpt   # restartable
 //   mpiexec -n 4 kshard-train --init-from model.safetensors --val-data val.bin --eval-only
 //
 // Checkpoints: --save-dir DIR saves DIR/step-<N> (kshard::Trainer::save: the
 // sharded tensors plus the TrainerState as JSON) every --save-every steps and
-// after the last step, keeping --keep of them; --resume continues from the
-// newest (Trainer::resume; the loop runs from trainer.step_count() to
-// --steps, the run's total). --init-from loads weights only, before the
+// after the last step, keeping --keep of them; --resume PATH continues from a
+// step-N checkpoint (Trainer::load) or the newest of a save directory
+// (Trainer::resume); the loop runs from trainer.step_count() to
+// --steps, the run's total. --init-from loads weights only, before the
 // Trainer exists (a checkpoint directory through the model-only
 // load_checkpoint, a .safetensors file through import_safetensors);
 // --export writes the final weights as safetensors.
@@ -34,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -301,16 +303,26 @@ int run(kshard::Session& session, int argc, char** argv) {
     }
     return e.loss;
   };
-  if (o.eval_only) {
-    evaluate();
-    return 0;
-  }
-
   // --resume: the newest checkpoint of --save-dir, tensors and TrainerState
   // (step, optimizer step count, loss scale, data position, LR schedule).
   std::int64_t last_saved = -1;  // the step of the newest checkpoint of this run
-  if (o.resume) {
-    if (const auto info = trainer.resume(o.save_dir)) {
+  if (!o.resume.empty()) {
+    // A step-N directory (it has a manifest) is loaded as is; anything else is
+    // a save directory whose newest complete checkpoint is taken. Every rank
+    // must take the same branch (both are collective): agreed first.
+    const double is_step_dir =
+        std::filesystem::exists(std::filesystem::path(o.resume) / "manifest.json") ? 1.0 : 0.0;
+    const auto agreed = reducer.run({is_step_dir, -is_step_dir}, kshard::ReduceOp::max);
+    if (agreed[0] != -agreed[1])
+      throw kshard::Error("--resume " + o.resume +
+                              ": some ranks see a checkpoint's manifest.json there and some do not",
+                          "the same file system view on every rank");
+    std::optional<kshard::LoadInfo> loaded;
+    if (is_step_dir != 0.0)
+      loaded = trainer.load(o.resume);
+    else
+      loaded = trainer.resume(o.resume);
+    if (const auto& info = loaded) {
       last_saved = info->step;
       if (root) {
         std::printf("resumed from %s step %lld  bytes %llu  seconds %.3f\n",
@@ -340,9 +352,14 @@ int run(kshard::Session& session, int argc, char** argv) {
                       (long long)trainer.step_count(), o.steps);
       }
     } else if (root) {
-      std::printf("resume: no checkpoint in %s; starting fresh at step 0\n", o.save_dir.c_str());
+      std::printf("resume: no checkpoint in %s; starting fresh at step 0\n", o.resume.c_str());
     }
     if (root) std::fflush(stdout);
+  }
+  // --eval-only: the initialised, --init-from or --resume model.
+  if (o.eval_only) {
+    evaluate();
+    return 0;
   }
   kshard::SaveOptions save_options;
   save_options.keep_last = o.keep;

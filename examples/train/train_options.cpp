@@ -88,8 +88,8 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
       "then constant lr, or linear / cosine decay from lr to --min-lr reached at step T-1.\n\n"
       "Checkpoints (--save-dir DIR): DIR/step-<N>, sharded (every rank writes its part; any\n"
       "world size or mesh loads them), saved every --save-every steps and after the last.\n"
-      "--resume continues from the newest one (same data stream and LR schedule; --steps\n"
-      "is the run's total). --init-from takes the weights only (a step-N directory or a\n"
+      "--resume PATH continues from a step-N checkpoint or from the newest one of a save\n"
+      "directory (same data stream and LR schedule; --steps is the run's total). --init-from takes the weights only (a step-N directory or a\n"
       "safetensors file); --export writes the final weights as one safetensors file.\n\n"
       "Usage: mpiexec -n N kshard-train [options]\n\nOptions");
   std::string data_dtype = o.data_dtype;
@@ -143,16 +143,18 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     ("eval-batches", po::value<int>(&o.eval_batches)->default_value(o.eval_batches),
      "K: the evaluation covers the first K x --batch windows of --val-data")
     ("eval-only", po::bool_switch(&o.eval_only),
-     "evaluate the (initialised) model on --val-data, print eval_loss and exit")
+     "evaluate the model (initialised, --init-from or --resume) on --val-data, print "
+     "eval_loss and exit")
     ("save-dir", po::value<std::string>(&o.save_dir),
      "save checkpoints in DIR/step-<N> (every --save-every steps and after the last step)")
     ("save-every", po::value<int>(&o.save_every)->default_value(o.save_every),
      "also save every N steps (0: only after the last step); needs --save-dir")
     ("keep", po::value<int>(&o.keep)->default_value(o.keep),
      "keep only the newest K checkpoints of --save-dir (0: all)")
-    ("resume", po::bool_switch(&o.resume),
-     "continue from the newest checkpoint of --save-dir (or start fresh, with a note, when "
-     "there is none); --steps stays the run's total")
+    ("resume", po::value<std::string>(&o.resume),
+     "continue a run from PATH: a step-N checkpoint directory, or a save directory (its "
+     "newest complete checkpoint; none yet: start fresh, with a note, so the same command "
+     "restarts a job); --steps stays the run's total. With --eval-only: evaluate it and exit")
     ("init-from", po::value<std::string>(&o.init_from),
      "start from these weights only (no optimizer state, step 0): a checkpoint's step-N "
      "directory or a .safetensors file")
@@ -234,15 +236,16 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   check_range("save-every", o.save_every, 0, 100000000);
   check_range("keep", o.keep, 0, 1000000);
   if (o.save_dir.empty()) {
-    const char* needs = o.resume                  ? "--resume"
-                        : !vm["save-every"].defaulted() ? "--save-every"
+    const char* needs = !vm["save-every"].defaulted() ? "--save-every"
                         : !vm["keep"].defaulted()       ? "--keep"
                                                         : nullptr;
     if (needs)
       throw OptionError(std::string(needs) +
                         " without --save-dir; expected --save-dir DIR, the checkpoint directory");
   }
-  if (o.resume && !o.init_from.empty())
+  if (vm.count("resume") && o.resume.empty())
+    throw OptionError("--resume ''; expected a step-N checkpoint directory or a save directory");
+  if (!o.resume.empty() && !o.init_from.empty())
     throw OptionError("--init-from with --resume; expected one of them: --resume continues a "
                       "run from its checkpoint, --init-from starts a new run from weights");
   if (vm.count("init-from") && o.init_from.empty())

@@ -8,7 +8,7 @@ same per-rank exit codes, same token files).
   train_checkpoint.py ... bad
 
 resume: (1) run A trains 6 steps straight; run B trains 3 steps with
-  --save-dir, then `--resume --steps 6` prints steps 4..6 with exactly A's
+  --save-dir, then `--resume DIR --steps 6` prints steps 4..6 with exactly A's
   printed losses and gradient norms (constant LR schedule, so B's shorter
   schedule, which the checkpoint keeps, gives the same rates; the warning
   about it is checked). (2) A cosine schedule with warmup: run B' saves at
@@ -24,7 +24,7 @@ export: a 2-rank run with --val-data --eval-every --export model.safetensors
   within EVAL_TOL relative; --export-dtype bf16 writes BF16 tensors (read by
   Python's safetensors when it is installed).
 bad: bad checkpoint options and inputs end every rank with exit 2 and a
-  message naming the problem (no hang): --resume without --save-dir,
+  message naming the problem (no hang): --resume without a path,
   --init-from with --resume, --export with --eval-only, --init-from a missing
   directory / missing or truncated safetensors file / truncated checkpoint.
 """
@@ -115,7 +115,7 @@ def test_resume(a):
     s1 = os.path.join(d, "s1")
     out = run_ok(a, f"{base} --steps 3 --save-dir {s1}")
     expect(saves_of(out) == [3], f"3-step run saved steps {saves_of(out)}, expected [3]")
-    out = run_ok(a, f"{base} --steps 6 --save-dir {s1} --resume")
+    out = run_ok(a, f"{base} --steps 6 --save-dir {s1} --resume {s1}")
     expect(re.search(r"^resumed from \S+step-0000000003 step 3", out, re.M),
            "no 'resumed from .../step-0000000003 step 3' line")
     expect("warning: the checkpoint's LR schedule" in out,
@@ -136,7 +136,7 @@ def test_resume(a):
     shutil.rmtree(os.path.join(s2, "step-0000000006"))
     s3 = os.path.join(d, "s3")
     shutil.copytree(s2, s3)  # step 3 only, for (3)
-    out = run_ok(a, f"{cos} --save-dir {s2} --save-every 3 --resume")
+    out = run_ok(a, f"{cos} --save-dir {s2} --save-every 3 --resume {s2}")
     expect("warning:" not in out, "a warning although the command line is the same")
     expect(re.search(r"^resumed from \S+step-0000000003 step 3", out, re.M), "no resumed line")
     same_steps(steps_of(out), A2, range(4, 7), "resume after step 3 (cosine, warmup)")
@@ -148,14 +148,14 @@ def test_resume(a):
                             (4, "--batch 2 --mesh 2x2", "2 -> 2x2 ranks")):
         s = os.path.join(d, f"s3_np{np}")
         shutil.copytree(s3, s)
-        out = run_ok(a, f"{cos_nb} {extra} --save-dir {s} --resume", np=np)
+        out = run_ok(a, f"{cos_nb} {extra} --save-dir {s} --resume {s}", np=np)
         expect(re.search(r"^note: the checkpoint was saved on 2 ranks", out, re.M),
                f"{what}: no note that the checkpoint was resharded")
         close_steps(steps_of(out), A2, range(4, 7), RESHARD_TOL, f"resume {what}")
 
     # (4) --keep, and --resume of an empty directory.
     s4 = os.path.join(d, "s4")
-    out = run_ok(a, f"{base} --steps 4 --save-dir {s4} --save-every 1 --keep 2 --resume")
+    out = run_ok(a, f"{base} --steps 4 --save-dir {s4} --save-every 1 --keep 2 --resume {s4}")
     expect("resume: no checkpoint in" in out, "no note that the resume starts fresh")
     expect(saves_of(out) == [1, 2, 3, 4], f"--save-every 1 saved {saves_of(out)}")
     expect(ckpts(s4) == ["step-0000000003", "step-0000000004"],
@@ -175,12 +175,16 @@ def test_export(a):
     expect(len(evals) == 2, f"{len(evals)} eval_loss lines, expected 2")
     expect(re.search(r"^exported \S+ step 6 dtype f32 bytes \d+", out, re.M), "no exported line")
     final = evals[-1]
+    step6 = os.path.join(sd, "step-0000000006")
     for np, src, extra, what in ((1, st, "", "safetensors on 1 rank"),
-                                 (4, os.path.join(sd, "step-0000000006"), "--mesh 2x2",
-                                  "checkpoint step 6 on 2x2"),
-                                 (2, st, "--recipe bf16", "safetensors under bf16 (ran)")):
-        out = run_ok(a, f"{MODEL} {ev} --eval-only --init-from {src} {extra}", np=np)
-        expect(re.search(r"^initialised from ", out, re.M), f"{what}: no 'initialised from' line")
+                                 (4, step6, "--mesh 2x2", "checkpoint step 6 on 2x2"),
+                                 (2, st, "--recipe bf16", "safetensors under bf16 (ran)"),
+                                 (2, step6, "resume", "--resume of checkpoint step 6"),
+                                 (1, sd, "resume", "--resume of the save dir (newest)")):
+        how = f"--resume {src}" if extra == "resume" else f"--init-from {src} {extra}"
+        out = run_ok(a, f"{MODEL} {ev} --eval-only {how}", np=np)
+        expect(re.search(r"^(initialised|resumed) from ", out, re.M),
+               f"{what}: no 'initialised from' / 'resumed from' line")
         e = rt.eval_losses(out)
         expect(len(e) == 1, f"{what}: {len(e)} eval_loss lines")
         if "bf16" in extra:
@@ -232,16 +236,17 @@ def test_bad(a):
     missing_dir = os.path.join(d, "no-such-run", "step-0000000001")
     missing_st = os.path.join(d, "missing.safetensors")
     cases = [
-        "--resume without --save-dir::--resume",
+        "the required argument for option '--resume' is missing::--resume",
         "--save-every without --save-dir::--save-every 2",
-        f"--init-from with --resume::--resume --save-dir {sd} --init-from {good}",
+        f"--init-from with --resume::--resume {sd} --init-from {good}",
         f"--export with --eval-only::--eval-only --val-data @VAL@ --export {good}",
         "--export-dtype 'f16' is unknown::--export f.safetensors --export-dtype f16",
         f"{missing_dir}::{MODEL} --init-from {missing_dir}",
         f"{missing_st}::{MODEL} --init-from {missing_st}",
         f"{trunc}::{MODEL} --init-from {trunc}",
         f"{shard}::{MODEL} --init-from {step}",
-        f"{shard}::{MODEL} --resume --save-dir {sd}",
+        f"{shard}::{MODEL} --resume {sd}",
+        f"{shard}::{MODEL} --resume {step}",
     ]
     failures = []
     for c in cases:

@@ -97,16 +97,6 @@ std::unique_ptr<kshard::Trainer> make_trainer(const kshard::DeviceMesh& mesh, co
   return std::make_unique<kshard::Trainer>(std::move(model), o);
 }
 
-bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size()) return false;
-    for (std::size_t k = 0; k < a[i].size(); ++k)
-      if (bits(a[i][k]) != bits(b[i][k])) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 KSHARD_TEST_SUITE(trainer_checkpoint)

@@ -125,4 +125,16 @@ inline std::uint64_t bits(double d) {
   return u;
 }
 
+/// Bitwise equality of per-unit parameter lists (FsdpModel::gather_master_parameters()).
+inline bool same_bits(const std::vector<std::vector<float>>& a,
+                      const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size()) return false;
+    for (std::size_t k = 0; k < a[i].size(); ++k)
+      if (bits(a[i][k]) != bits(b[i][k])) return false;
+  }
+  return true;
+}
+
 }  // namespace train_test

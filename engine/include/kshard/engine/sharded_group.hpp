@@ -163,6 +163,9 @@ class ShardedGroup {
   bool reduce_started_ = false;
   mutable bool grad_zero_pending_ = false;  // zero_grad() without a fill yet
   GradWrite reduce_write_ = GradWrite::add;  // how the reduction in flight lands in grad_
+  // One rank per shard: the reduce-scatter (an average over one rank) is the
+  // identity, so the unsharded gradient is accumulated into the shard directly.
+  bool local_reduce_ = false;
   Kokkos::View<double*> grad_stats_;  // {sum of squares, inf/NaN count} on the device
 };
 

@@ -26,6 +26,19 @@ inline constexpr int kTeamThreads = 256;
 inline constexpr int kElementsPerThread = 8;
 #endif
 
+/// One team per row, for row-wise reductions (LayerNorm, softmax,
+/// cross-entropy). On CUDA kTeamThreads threads: Kokkos 3.4's AUTO picks
+/// 64-thread teams on sm_90, which ncu measured at a fraction of the memory
+/// bandwidth (cross-entropy over [4096, 32000] bf16 logits: 1.4 ms; LayerNorm
+/// rows of 2048: 63 us). Elsewhere AUTO.
+inline Kokkos::TeamPolicy<> row_team_policy(std::int64_t rows) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::TeamPolicy<>(static_cast<int>(rows), kTeamThreads);
+#else
+  return Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO);
+#endif
+}
+
 /// f(i) for i in [0, n), on the default execution space.
 template <class F>
 void for_each_index(const char* label, std::int64_t n, const F& f) {
