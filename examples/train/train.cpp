@@ -495,6 +495,12 @@ int run(kshard::Session& session, int argc, char** argv) {
     std::printf("summary: wall %s for %d steps\n",
                 duration_text(std::chrono::duration<double>(Clock::now() - run_start).count()).c_str(),
                 o.steps - first_step);
+    if (!o.save_dir.empty())
+      std::printf("summary: checkpoints in %s (newest %s)\n", o.save_dir.c_str(),
+                  kshard::checkpoint_path(o.save_dir, last_saved).string().c_str());
+    if (!o.export_path.empty())
+      std::printf("summary: weights exported to %s (%s)\n", o.export_path.c_str(),
+                  o.export_dtype.c_str());
     if (o.bench) {
       std::ostringstream j;
       j.precision(10);

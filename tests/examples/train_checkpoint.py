@@ -174,6 +174,10 @@ def test_export(a):
     evals = rt.eval_losses(out)
     expect(len(evals) == 2, f"{len(evals)} eval_loss lines, expected 2")
     expect(re.search(r"^exported \S+ step 6 dtype f32 bytes \d+", out, re.M), "no exported line")
+    expect(re.search(r"^summary: checkpoints in \S+ \(newest \S+step-0000000006\)", out, re.M),
+           "no 'summary: checkpoints in ... (newest .../step-0000000006)' line")
+    expect(re.search(r"^summary: weights exported to \S+ \(f32\)", out, re.M),
+           "no 'summary: weights exported to ...' line")
     final = evals[-1]
     step6 = os.path.join(sd, "step-0000000006")
     for np, src, extra, what in ((1, st, "", "safetensors on 1 rank"),
