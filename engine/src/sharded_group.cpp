@@ -277,15 +277,13 @@ void ShardedGroup::start_reduce_grads() {
   // A shard zeroed by zero_grad() is written, not added to.
   reduce_write_ = grad_zero_pending_ ? GradWrite::assign : GradWrite::add;
   grad_zero_pending_ = false;
-  local_reduce_ = false;
   switch (recipe_.reduce_dtype) {
     case DType::f32:
-      if (shard_comm_.size() == 1) {
+      if (reduces_locally()) {
         // One rank per shard: avg over one rank is the identity, so no
         // reduce-scatter (NCCL would copy the whole gradient: 2.3 ms of a
         // 38 ms step at 536M parameters on the H200); finish accumulates
         // from the unsharded gradient itself.
-        local_reduce_ = true;
         reduce_req_ = Request();
       } else if (reduce_write_ == GradWrite::assign) {
         // Straight into the shard: no receive buffer, no accumulation pass.
@@ -334,9 +332,9 @@ void ShardedGroup::finish_reduce_grads() {
     // GradWrite::none: the reduce-scatter wrote the shard itself (f32 only).
     Kokkos::View<T*> r;
     if constexpr (std::is_same_v<T, float>) {
-      if (local_reduce_) r = grad_full_.view<float>(shard);  // shard == flat
+      if (reduces_locally()) r = grad_full_.view<float>(shard);  // shard == flat
     }
-    if (reduce_write_ != GradWrite::none && !local_reduce_) r = rs_recv_.view<T>(shard);
+    if (reduce_write_ != GradWrite::none && !reduces_locally()) r = rs_recv_.view<T>(shard);
     if (hsdp) {
       if constexpr (std::is_same_v<T, float>) {
         if (reduce_write_ == GradWrite::none) r = grad_;
@@ -358,6 +356,10 @@ void ShardedGroup::finish_reduce_grads() {
   rs_recv_.reset();
   grad_views_.clear();
   grad_full_.reset();
+}
+
+bool ShardedGroup::reduces_locally() const {
+  return shard_comm_.size() == 1 && recipe_.reduce_dtype == DType::f32;
 }
 
 Kokkos::View<float*> ShardedGroup::grad() const {

@@ -69,25 +69,21 @@ class TracedOp final : public PendingOp {
   ~TracedOp() override {
     if (!done_) inflight_counter().fetch_sub(1);
   }
-  void wait() override {
-    if (done_) return;
-    done_ = true;
-    inflight_counter().fetch_sub(1);
-    inner_->wait();
-    trace_->finish(seq_);
-  }
-  void wait_on_device() override {
-    if (done_) return;
-    done_ = true;
-    inflight_counter().fetch_sub(1);
-    inner_->wait_on_device();
-    // Finished as far as the host can tell: a collective that never completes
-    // on the device shows up at the next fence, not in the trace.
-    trace_->finish(seq_);
-  }
+  void wait() override { complete(&PendingOp::wait); }
+  // Finished as far as the host can tell: a collective that never completes
+  // on the device shows up at the next fence, not in the trace.
+  void wait_on_device() override { complete(&PendingOp::wait_on_device); }
   bool test() override { return done_ || inner_->test(); }
 
  private:
+  void complete(void (PendingOp::*how)()) {
+    if (done_) return;
+    done_ = true;
+    inflight_counter().fetch_sub(1);
+    ((*inner_).*how)();
+    trace_->finish(seq_);
+  }
+
   std::unique_ptr<PendingOp> inner_;
   std::shared_ptr<CollectiveTrace> trace_;
   std::uint64_t seq_;

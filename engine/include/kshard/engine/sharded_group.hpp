@@ -134,6 +134,10 @@ class ShardedGroup {
   std::size_t unsharded_bytes() const noexcept;
 
  private:
+  // One rank per shard and an f32 reduction: the reduce-scatter (an average
+  // over one rank) is the identity, so the unsharded gradient is accumulated
+  // into the shard directly.
+  bool reduces_locally() const;
   void fp8_pack(std::uint8_t* packed) const;
   std::size_t fp8_segment_bytes() const noexcept;
   void check_compute_type(DType t, const char* what) const;
@@ -163,9 +167,6 @@ class ShardedGroup {
   bool reduce_started_ = false;
   mutable bool grad_zero_pending_ = false;  // zero_grad() without a fill yet
   GradWrite reduce_write_ = GradWrite::add;  // how the reduction in flight lands in grad_
-  // One rank per shard: the reduce-scatter (an average over one rank) is the
-  // identity, so the unsharded gradient is accumulated into the shard directly.
-  bool local_reduce_ = false;
   Kokkos::View<double*> grad_stats_;  // {sum of squares, inf/NaN count} on the device
 };
 
