@@ -142,6 +142,35 @@ BOOST_DATA_TEST_CASE(reduce_scatter_averages_over_all_ranks,
   KSHARD_CHECK_ALL(s == 0);
 }
 
+// memory::peak_breakdown() (what KSHARD_MEMORY_REPORT prints): the live
+// bytes at the last peak by label, digits folded, largest first, summing to
+// peak_bytes; checked against the sizes allocated here.
+BOOST_AUTO_TEST_CASE(peak_breakdown_names_what_made_the_peak) {
+  namespace mem = kshard::memory;
+  constexpr std::int64_t MiB = 1 << 20;
+  mem::reset_peak();
+  {
+    Kokkos::View<char*> a("peaktest.0.buf", 3 * MiB), b("peaktest.1.buf", MiB);
+    Kokkos::View<char*> c("peaktest_other", 2 * MiB);
+  }
+  Kokkos::View<char*> later("peaktest.2.buf", 1024);  // after the peak: not part of it
+  const auto v = mem::peak_breakdown();
+  std::int64_t buf = -1, other = -1, sum = 0;
+  std::size_t ibuf = v.size(), iother = v.size();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    sum += v[i].second;
+    if (v[i].first == "peaktest.*.buf") buf = v[i].second, ibuf = i;
+    if (v[i].first == "peaktest_other") other = v[i].second, iother = i;
+    if (i > 0) KSHARD_CHECK_ALL(v[i - 1].second >= v[i].second);
+  }
+  KSHARD_CHECK_ALL_MSG(buf == 4 * MiB && other == 2 * MiB,
+                       "peaktest.*.buf " << buf << " B, peaktest_other " << other << " B");
+  KSHARD_CHECK_ALL(ibuf < iother);
+  KSHARD_CHECK_ALL_MSG(sum == mem::stats().peak_bytes,
+                       "breakdown sums to " << sum << ", peak_bytes " << mem::stats().peak_bytes);
+  KSHARD_CHECK_ALL(mem::peak_report().find("peaktest.*.buf") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(reshard_frees_the_unsharded_buffers) {
   DeviceMesh mesh(kt::world(), {kt::world_size()});
   for (const char* r : kRecipes) {
