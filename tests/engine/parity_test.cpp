@@ -357,4 +357,26 @@ BOOST_DATA_TEST_CASE(fused_gradient_statistics_equal_the_optimizer_pass,
   KSHARD_CHECK_ALL(model.local_grad_stats().sum_squares == 0);
 }
 
+// zero_grad() is lazy (a shard is zeroed by the next reduction or by grad());
+// an optimizer that registered the units reads zeros after it, not the last
+// step's gradient.
+BOOST_AUTO_TEST_CASE(optimizer_sees_a_lazily_zeroed_gradient_as_zero) {
+  const auto& world = kt::world();
+  const int P = world.size();
+  DeviceMesh mesh(world, {P});
+  FsdpModel model(mesh, make_layers(Arch::ln_mlp), Recipe::parse("fp32"));
+  model.init_parameters(9);
+  kshard::FusedAdam adam(kshard::AdamOptions{}, mesh.shard_comm(), world);
+  for (std::size_t i = 0; i < model.num_units(); ++i) adam.add_group(model.group(i));
+  Batch batch = make_batch(kRowsPerRank * P);
+  const std::int64_t r0 = world.rank() * kRowsPerRank;
+  auto x = to_device(batch.x.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "x");
+  auto y = to_device(batch.y.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "y");
+  model.zero_grad();
+  model.forward_backward_mse(x, {kRowsPerRank / kSeq, kSeq, kD}, y, 1.f);
+  KSHARD_CHECK_ALL(adam.grad_stats(1.f).sum_squares > 0);
+  model.zero_grad();
+  KSHARD_CHECK_ALL(adam.grad_stats(1.f).sum_squares == 0);
+}
+
 KSHARD_TEST_SUITE_END()
