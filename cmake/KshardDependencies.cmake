@@ -66,6 +66,31 @@ if(KSHARD_ENABLE_NCCL)
                         "the NCCL backend needs >= 2.10 (or configure with -DKSHARD_ENABLE_NCCL=OFF)")
   endif()
 endif()
+# cuDNN's fused attention (engine/src/cuda/flash_attention_cudnn.cpp) through
+# the header-only cuDNN frontend (ci/cudnn-frontend installs its headers into
+# .deps/cudnn-frontend). Optional: without it the bf16/f16 attention runs on
+# kshard's own tensor-core kernel.
+if(KSHARD_KOKKOS_CUDA)
+  option(KSHARD_ENABLE_CUDNN "cuDNN fused attention (needs the cuDNN frontend headers)" ON)
+  set(KSHARD_CUDNN_FRONTEND_DIR "" CACHE PATH "prefix holding include/cudnn_frontend.h")
+  if(KSHARD_ENABLE_CUDNN)
+    find_path(KSHARD_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+      HINTS ${KSHARD_CUDNN_FRONTEND_DIR} ${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend ENV CUDNN_FRONTEND_HOME
+      PATH_SUFFIXES include NO_DEFAULT_PATH)
+    find_path(KSHARD_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(KSHARD_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(KSHARD_CUDNN_FRONTEND_INCLUDE_DIR AND KSHARD_CUDNN_INCLUDE_DIR AND KSHARD_CUDNN_LIBRARY AND TARGET CUDA::nvrtc)
+      set(KSHARD_HAVE_CUDNN ON)
+      message(STATUS "kshard: cuDNN fused attention ON (frontend ${KSHARD_CUDNN_FRONTEND_INCLUDE_DIR}, ${KSHARD_CUDNN_LIBRARY})")
+    else()
+      set(KSHARD_HAVE_CUDNN OFF)
+      message(STATUS "kshard: cuDNN fused attention OFF (run ci/cudnn-frontend for the frontend headers; "
+                     "frontend '${KSHARD_CUDNN_FRONTEND_INCLUDE_DIR}', cudnn.h '${KSHARD_CUDNN_INCLUDE_DIR}', "
+                     "library '${KSHARD_CUDNN_LIBRARY}')")
+    endif()
+  endif()
+endif()
+
 if(KSHARD_ENABLE_NCCL)
   message(STATUS "kshard: Kokkos ${Kokkos_VERSION}, CUDA=ON (toolkit ${CUDAToolkit_VERSION}), NCCL=ON (${KSHARD_NCCL_VERSION}, ${KSHARD_NCCL_LIBRARY})")
 elseif(KSHARD_KOKKOS_CUDA)

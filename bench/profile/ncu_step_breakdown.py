@@ -21,15 +21,17 @@ from collections import defaultdict
 # First match wins; patterns are searched in the demangled kernel name.
 CATEGORIES = [
     ("NCCL", r"nccl|oneRank"),
+    # cuDNN runs only the fused attention here (its SDPA kernels' names carry
+    # "sdpa" / "fprop" / "bprop"), so it goes before the GEMM patterns.
+    ("attention (fused)", r"flash|Flash|sdpa|fmha|cudnn"),
     ("GEMM (cuBLAS/cuBLASLt)", r"nvjet|cutlass|gemm|Gemm|sm90_xmma|splitKreduce|Gemv"),
     ("FusedAdam update", r"AdamUpdate|adam_update"),
-    ("attention (fused)", r"flash|Flash"),
     ("attention softmax / mask", r"softmax|Softmax|causal"),
-    ("LayerNorm", r"layer_norm|LayerNorm"),
+    ("LayerNorm", r"layer_norm|LayerNorm|ln_forward|ln_backward"),
     ("GELU", r"gelu"),
     ("bias add", r"add_row_vector"),
     ("residual add", r"detail::add<|kshard::detail::add"),
-    ("cross-entropy", r"cross_entropy|softmax_xent|logsumexp"),
+    ("cross-entropy", r"cross_entropy|ce_rows|softmax_xent|logsumexp"),
     ("embedding", r"embedding|Embedding"),
     ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad"),
     ("casts", r"cast|convert|dequant|quant|FromF32|ToF32"),

@@ -15,7 +15,9 @@
 // Everything in scratch is accum_t<T>: operands are converted once on load.
 #include "kshard/engine/flash_attention.hpp"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -412,7 +414,18 @@ void check_extent(const char* who, const char* name, std::size_t have, std::int6
                 std::string("at least ") + formula + " = " + std::to_string(need));
 }
 
+std::atomic<bool>& vendor_attention_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("KSHARD_CUDNN_ATTENTION");
+    return !(env != nullptr && std::string(env) == "0");
+  }()};
+  return flag;
+}
+
 }  // namespace
+
+void set_vendor_attention_enabled(bool enabled) noexcept { vendor_attention_flag() = enabled; }
+bool vendor_attention_enabled() noexcept { return vendor_attention_flag(); }
 
 template <class T>
 void flash_attention_forward_portable(const FlashArgs<T>& a) {

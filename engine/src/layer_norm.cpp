@@ -5,10 +5,14 @@
 #include <cmath>
 
 #include "kshard/error.hpp"
+#include "layer_norm_rows.hpp"
 
 namespace kshard {
 
 namespace detail::layer_norm {
+
+// The portable team kernels below; a backend's register-resident row kernels
+// (layer_norm_rows.hpp: CUDA) run instead where they serve the shape.
 
 using Team = Kokkos::TeamPolicy<>::member_type;
 
@@ -17,6 +21,9 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
              Kokkos::View<T*> y, Kokkos::View<accum_t<T>*> mean, Kokkos::View<accum_t<T>*> rstd,
              std::int64_t rows, std::int64_t d, double eps) {
   using A = accum_t<T>;
+  if (layer_norm_forward_rows<T, A>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                                    rstd.data(), rows, d, eps))
+    return;
   Kokkos::parallel_for(
       "kshard::layer_norm_forward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {
@@ -57,6 +64,9 @@ void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vi
               Kokkos::View<T*> dx, Kokkos::View<accum_t<T>*> dy_xhat, std::int64_t rows,
               std::int64_t d) {
   using A = accum_t<T>;
+  if (layer_norm_backward_rows<T, A>(x.data(), gamma.data(), dy.data(), mean.data(), rstd.data(),
+                                     dx.data(), dy_xhat.data(), rows, d))
+    return;
   Kokkos::parallel_for(
       "kshard::layer_norm_backward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {

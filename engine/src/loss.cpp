@@ -6,6 +6,7 @@
 
 #include "kshard/error.hpp"
 #include "kshard/mesh/buffer_pool.hpp"
+#include "cross_entropy_rows.hpp"
 
 namespace kshard {
 
@@ -80,44 +81,49 @@ void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
   memory::Block block = memory::acquire(std::size_t(rows) * sizeof(double),
                                         "kshard::cross_entropy.row_loss");
   auto row_loss = block.view<double>(std::size_t(rows));
-  Kokkos::parallel_for(
-      "kshard::cross_entropy", compat::row_team_policy(rows),
-      KOKKOS_LAMBDA(const Team& team) {
-        const std::int64_t r = team.league_rank();
-        const T* l = logits + r * vocab;
-        T* dl = dlogits + r * vocab;
-        const Target tt = targets(r);
-        if (!target_ok(tt, vocab)) {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
-                               [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { row_loss(r) = 0; });
-          return;
-        }
-        const double counted = result(1);
-        const A g = static_cast<A>(grad_scale / counted);
-        const std::int64_t t = static_cast<std::int64_t>(tt);
-        A mx = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, vocab),
-            [&](std::int64_t j, A& m) {
-              const A v = to_accum(l[j]);
-              if (v > m) m = v;
-            },
-            Kokkos::Max<A>(mx));
-        A sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, vocab),
-            [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
-        const A lse = mx + compat::log(sum);
-        const A lt = to_accum(l[t]);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
-          const A p = compat::exp(to_accum(l[j]) - lse);
-          dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
+  // The backend's one-pass row kernel where it has one (cross_entropy_rows.hpp),
+  // else the portable team kernel.
+  if (!cross_entropy_rows<T, Target>(logits, rows, vocab, targets.data(), dlogits, grad_scale,
+                                     result.data(), row_loss.data())) {
+    Kokkos::parallel_for(
+        "kshard::cross_entropy", compat::row_team_policy(rows),
+        KOKKOS_LAMBDA(const Team& team) {
+          const std::int64_t r = team.league_rank();
+          const T* l = logits + r * vocab;
+          T* dl = dlogits + r * vocab;
+          const Target tt = targets(r);
+          if (!target_ok(tt, vocab)) {
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
+                                 [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
+            Kokkos::single(Kokkos::PerTeam(team), [&]() { row_loss(r) = 0; });
+            return;
+          }
+          const double counted = result(1);
+          const A g = static_cast<A>(grad_scale / counted);
+          const std::int64_t t = static_cast<std::int64_t>(tt);
+          A mx = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, vocab),
+              [&](std::int64_t j, A& m) {
+                const A v = to_accum(l[j]);
+                if (v > m) m = v;
+              },
+              Kokkos::Max<A>(mx));
+          A sum = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, vocab),
+              [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
+          const A lse = mx + compat::log(sum);
+          const A lt = to_accum(l[t]);
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
+            const A p = compat::exp(to_accum(l[j]) - lse);
+            dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
+          });
+          Kokkos::single(Kokkos::PerTeam(team),
+                         [&]() { row_loss(r) = static_cast<double>(lse - lt); });
         });
-        Kokkos::single(Kokkos::PerTeam(team),
-                       [&]() { row_loss(r) = static_cast<double>(lse - lt); });
-      });
+  }
   Kokkos::parallel_for(
       "kshard::cross_entropy_total", one_team(), KOKKOS_LAMBDA(const Team& team) {
         double total = 0;

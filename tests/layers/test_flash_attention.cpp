@@ -34,6 +34,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <string>
 
 #include "kshard/compat/kokkos.hpp"
 #include "kshard/engine/attention.hpp"
@@ -142,7 +143,40 @@ struct Errors {
   double max() const { return std::max({ctx, lse, dq, dk, dv}); }
 };
 
-enum class Path { api, portable };
+// api: the backend's choice (on CUDA builds with cuDNN: cuDNN's fused
+// attention for the 16-bit types). Where that is cuDNN, also own_kernel
+// (kshard's tensor-core / portable kernels, vendor library switched off) and
+// mixed (cuDNN forward, own backward: the two agree on what lse means).
+enum class Path { api, own_kernel, mixed, portable };
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::api: return " (backend)";
+    case Path::own_kernel: return " (own kernel)";
+    case Path::mixed: return " (cuDNN forward, own backward)";
+    case Path::portable: return " (portable)";
+  }
+  return "";
+}
+
+// Restores the vendor-library switch on scope exit.
+struct VendorAttention {
+  bool saved = detail::vendor_attention_enabled();
+  explicit VendorAttention(bool on) { detail::set_vendor_attention_enabled(on); }
+  ~VendorAttention() { detail::set_vendor_attention_enabled(saved); }
+  VendorAttention(const VendorAttention&) = delete;
+  VendorAttention& operator=(const VendorAttention&) = delete;
+};
+
+template <class T>
+std::string backend_path(const Case& c) {
+  detail::FlashArgs<T> a;
+  a.batch = c.batch;
+  a.seq = c.seq;
+  a.d = c.heads * c.hd;
+  a.heads = c.heads;
+  return detail::flash_attention_path(a);
+}
 
 // Runs the fused kernels of T on (qkv, dctx) through `path`, checks that every
 // output element was written and returns the errors against `ref`.
@@ -158,8 +192,12 @@ Errors run_fused(const Case& c, const HostVec& qkv, const HostVec& dctx, const R
   auto dqkv = poisoned<T>(static_cast<std::size_t>(rows * 3 * d), "dqkv");
   auto lse = poisoned<A>(static_cast<std::size_t>(nrows), "lse");
   auto delta = poisoned<A>(static_cast<std::size_t>(nrows), "delta");
-  if (path == Path::api) {
-    flash_attention_forward<T>(qkv_t, ctx, lse, c.batch, c.seq, d, c.heads);
+  if (path != Path::portable) {
+    {
+      VendorAttention vendor(path != Path::own_kernel);
+      flash_attention_forward<T>(qkv_t, ctx, lse, c.batch, c.seq, d, c.heads);
+    }
+    VendorAttention vendor(path == Path::api);
     flash_attention_backward<T>(qkv_t, ctx, dctx_t, lse, dqkv, c.batch, c.seq, d, c.heads,
                                 delta);
   } else {
@@ -203,15 +241,16 @@ void check_against_reference(const char* type_name) {
                                               -c.amp, c.amp));
     const HostVec dctx = rounded<T>(random_vec(static_cast<std::size_t>(rows * d), rng));
     const Reference ref = reference(c, qkv, dctx);
-    for (Path path : {Path::api, Path::portable}) {
+    const std::string backend = backend_path<T>(c);
+    for (Path path : {Path::api, Path::own_kernel, Path::mixed, Path::portable}) {
       // CUDA builds run float/double on the portable kernel: once is enough.
       const bool host = compat::host_accessible_v<compat::DeviceSpace>;
       if (path == Path::portable && !host && !is_low_precision_v<T>) continue;
-      BOOST_TEST_CONTEXT(type_name << " " << c
-                                   << (path == Path::api ? " (backend)" : " (portable)")) {
+      if ((path == Path::own_kernel || path == Path::mixed) && backend != "cuDNN") continue;
+      BOOST_TEST_CONTEXT(type_name << " " << c << path_name(path)) {
         const Errors e = run_fused<T>(c, qkv, dctx, ref, path);
-        BOOST_TEST_MESSAGE(type_name << " " << c << (path == Path::api ? "" : " portable")
-                                     << ": ctx " << e.ctx << " lse " << e.lse << " dq " << e.dq
+        BOOST_TEST_MESSAGE(type_name << " " << c << path_name(path) << " [backend: " << backend
+                                     << "]: ctx " << e.ctx << " lse " << e.lse << " dq " << e.dq
                                      << " dk " << e.dk << " dv " << e.dv);
         BOOST_TEST(e.ctx <= tolerance<T>());
         BOOST_TEST(e.lse <= tolerance<T>());

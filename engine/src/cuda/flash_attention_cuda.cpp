@@ -1,5 +1,7 @@
-// CUDA fused-attention backend: tensor cores (mma.sync m16n8k16, f32
-// accumulate) for bfloat16_t/float16_t at head dims 64 and 128; every other
+// CUDA fused-attention backend: cuDNN's fused attention for bfloat16_t /
+// float16_t where the build has it and it serves the shape
+// (flash_attention_cudnn.cpp); else kshard's own tensor-core kernels below
+// (mma.sync m16n8k16, f32 accumulate) at head dims 64 and 128; every other
 // case goes to the portable Kokkos kernel.
 //
 // Kernels (all 4 warps, 128 threads; each warp owns 16 rows of its tile):
@@ -35,6 +37,9 @@
 
 #include "kshard/engine/flash_attention.hpp"
 #include "kshard/error.hpp"
+#if defined(KSHARD_HAVE_CUDNN)
+#include "flash_attention_cudnn.hpp"
+#endif
 
 namespace kshard::detail {
 namespace {
@@ -677,11 +682,32 @@ void backward_tc(const FlashArgs<T>& a) {
   launch_tiles(flash_dq_kernel<T, HD>, "kshard flash_dq_kernel", grid, smem_q, p);
 }
 
-// Tensor cores where tensor_core_path says so (tc(args, integral_constant<hd>)),
-// else the portable kernel; tc is never instantiated for float/double.
+// cuDNN's fused attention where it serves these arguments, else tensor cores
+// where tensor_core_path says so (tc(args, integral_constant<hd>)), else the
+// portable kernel; tc is never instantiated for float/double.
+template <class T>
+bool cudnn_path(const FlashArgs<T>& a, bool backward) {
+#if defined(KSHARD_HAVE_CUDNN)
+  if constexpr (is_low_precision_v<T>) return cudnn_attention_serves(a, backward);
+#endif
+  (void)a;
+  (void)backward;
+  return false;
+}
+
 template <class T, class TensorCores>
-void dispatch(const FlashArgs<T>& a, TensorCores tc, void (*portable)(const FlashArgs<T>&)) {
+void dispatch(const FlashArgs<T>& a, bool backward, TensorCores tc,
+              void (*portable)(const FlashArgs<T>&)) {
   if constexpr (is_low_precision_v<T>) {
+#if defined(KSHARD_HAVE_CUDNN)
+    if (cudnn_path(a, backward)) {
+      if (backward)
+        cudnn_attention_backward(a);
+      else
+        cudnn_attention_forward(a);
+      return;
+    }
+#endif
     if (tensor_core_path(a)) {
       if (a.head_dim() == 64)
         tc(a, std::integral_constant<int, 64>());
@@ -697,18 +723,23 @@ void dispatch(const FlashArgs<T>& a, TensorCores tc, void (*portable)(const Flas
 
 template <class T>
 const char* flash_attention_path(const FlashArgs<T>& a) {
+  // The forward's path (the backward's is the same unless cuDNN declines only
+  // the backward graph of a shape).
+  if (cudnn_path(a, false)) return "cuDNN";
   return tensor_core_path(a) ? "tensor cores" : "portable kernel";
 }
 
 template <class T>
 void flash_attention_forward_backend(const FlashArgs<T>& a) {
-  dispatch(a, [](const auto& args, auto hd) { forward_tc<T, decltype(hd)::value>(args); },
+  dispatch(a, false,
+           [](const auto& args, auto hd) { forward_tc<T, decltype(hd)::value>(args); },
            flash_attention_forward_portable<T>);
 }
 
 template <class T>
 void flash_attention_backward_backend(const FlashArgs<T>& a) {
-  dispatch(a, [](const auto& args, auto hd) { backward_tc<T, decltype(hd)::value>(args); },
+  dispatch(a, true,
+           [](const auto& args, auto hd) { backward_tc<T, decltype(hd)::value>(args); },
            flash_attention_backward_portable<T>);
 }
 

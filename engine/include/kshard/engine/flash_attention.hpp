@@ -28,9 +28,10 @@
 //   kshard::flash_attention_backward<T>(qkv, ctx, dctx, lse, dqkv, batch, seq, d, heads,
 //                                       delta);
 //
-// Backends: CUDA builds run bfloat16_t/float16_t with head dims 64 and 128 on
-// tensor cores (mma.sync, engine/src/cuda/) and everything else on the
-// portable Kokkos kernel (blocked, one team per (batch, head, tile)); host
+// Backends: CUDA builds run bfloat16_t/float16_t through cuDNN's fused
+// attention when built with the cuDNN frontend (head dims multiple of 8 up to
+// 128), else with head dims 64 and 128 on kshard's tensor-core kernel
+// (mma.sync, engine/src/cuda/), and everything else on the portable Kokkos kernel (blocked, one team per (batch, head, tile)); host
 // builds run query blocks of 64 rows through the BLAS (engine/src/host/).
 // Kernels run on the default execution space instance (on CUDA its stream)
 // and are not fenced: order with Kokkos as usual.
@@ -97,10 +98,19 @@ void flash_attention_forward_portable(const FlashArgs<T>& a);
 template <class T>
 void flash_attention_backward_portable(const FlashArgs<T>& a);
 
-/// Which implementation the backend runs for these arguments: "tensor cores",
-/// "portable kernel" (CUDA builds) or "host blocked GEMM" (host builds).
+/// Which implementation the backend runs for these arguments: "cuDNN",
+/// "tensor cores", "portable kernel" (CUDA builds) or "host blocked GEMM"
+/// (host builds).
 template <class T>
 const char* flash_attention_path(const FlashArgs<T>& a);
+
+/// Whether a CUDA build may hand 16-bit attention to the vendor library
+/// (cuDNN's fused attention, when built with it) before kshard's own
+/// tensor-core kernel. Default true; KSHARD_CUDNN_ATTENTION=0 in the
+/// environment makes it false. Tests switch it to check both paths; host
+/// builds ignore it.
+void set_vendor_attention_enabled(bool enabled) noexcept;
+bool vendor_attention_enabled() noexcept;
 
 }  // namespace detail
 
