@@ -75,6 +75,18 @@ State& state() {
 // last_decline) when cuDNN cannot be initialised.
 bool ensure_handle(State& s) {
   if (s.handle) return true;
+  // The frontend fills cuDNN's descriptors as the headers it was compiled with
+  // describe them; an older libcudnn at run time (9.14 on the H200 image's
+  // system, when built against 9.19) corrupted the heap when that was
+  // tried. Decline instead: kshard's own kernel runs.
+  const std::size_t runtime = cudnnGetVersion();
+  if (runtime < static_cast<std::size_t>(CUDNN_VERSION)) {
+    s.last_decline = "libcudnn " + std::to_string(runtime) + " is older than the cuDNN " +
+                     std::to_string(CUDNN_VERSION) +
+                     " headers kshard was built with (put a newer libcudnn.so.9 first on "
+                     "LD_LIBRARY_PATH, or build against the older headers)";
+    return false;
+  }
   const cudnnStatus_t st = cudnnCreate(&s.handle);
   if (st != CUDNN_STATUS_SUCCESS) {
     s.handle = nullptr;
