@@ -36,8 +36,8 @@
 #include <sstream>
 
 #include "kshard/compat/kokkos.hpp"
-#include "kshard/engine/attention.hpp"
-#include "kshard/engine/flash_attention.hpp"
+#include "kshard/engine/nn/attention.hpp"
+#include "kshard/engine/kernels/flash_attention.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
 
