@@ -26,7 +26,14 @@
 // so a steady-state step allocates no device memory. HSDP (2-D mesh):
 // gradients are reduce-scattered over the shard dimension, then all-reduced
 // (avg) over the replicate one.
+//
+// What differs by recipe (what travels, in which dtype, through which
+// buffers) is the recipe's wire format (engine/src/fsdp/wire_format.hpp,
+// private), picked once at construction; this class keeps what every recipe
+// shares: the order of starts, waits and finishes, the lazy zero_grad, the
+// compute buffer and the unsharded gradient.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +48,12 @@
 
 namespace kshard {
 
+namespace detail {
+struct ShardContext;
+class GatherWire;
+class ReduceWire;
+}  // namespace detail
+
 class ShardedGroup {
  public:
   /// keep_low_precision_shard (bf16/fp16 recipes): keep a 16-bit copy of the
@@ -52,7 +65,8 @@ class ShardedGroup {
                Recipe recipe, bool keep_low_precision_shard = false);
   ShardedGroup(const ShardedGroup&) = delete;
   ShardedGroup& operator=(const ShardedGroup&) = delete;
-  ShardedGroup(ShardedGroup&&) = default;
+  ShardedGroup(ShardedGroup&&);  // defined where the wire formats are complete
+  ~ShardedGroup();
 
   const std::string& name() const noexcept { return name_; }
   const ParamIndex& index() const noexcept { return index_; }
@@ -134,12 +148,8 @@ class ShardedGroup {
   std::size_t unsharded_bytes() const noexcept;
 
  private:
-  // One rank per shard and an f32 reduction: the reduce-scatter (an average
-  // over one rank) is the identity, so the unsharded gradient is accumulated
-  // into the shard directly.
-  bool reduces_locally() const;
-  void fp8_pack(std::uint8_t* packed) const;
-  std::size_t fp8_segment_bytes() const noexcept;
+  /// The state the wire formats work on (built per call: the group is movable).
+  detail::ShardContext context() const;
   void check_compute_type(DType t, const char* what) const;
 
   std::string name_;
@@ -149,11 +159,14 @@ class ShardedGroup {
   int shard_rank_ = 0;
 
   Kokkos::View<float*> master_, grad_;
-  Kokkos::View<std::uint8_t*> lp_shard_;  // bf16/f16 copy, or packed fp8 (fp8_init)
+
+  // The recipe's wire format: parameters out (owns the low-precision shard
+  // kept between steps and the gather's send/receive blocks) and gradients
+  // back (owns the reduce-scatter's blocks).
+  std::unique_ptr<detail::GatherWire> gather_wire_;
+  std::unique_ptr<detail::ReduceWire> reduce_wire_;
 
   // Unsharded state (pool blocks).
-  memory::Block send_tmp_;  // fp8 without fp8_init: packed quantized shard
-  memory::Block gathered_;  // fp8: the gathered packed bytes
   memory::Block compute_;   // the full parameters in the compute dtype
   Request gather_req_;
   bool gather_started_ = false;
@@ -162,8 +175,7 @@ class ShardedGroup {
   // Gradient reduction.
   memory::Block grad_full_;  // f32 unsharded gradient
   std::vector<Kokkos::View<float*>> grad_views_;
-  memory::Block rs_send_, rs_recv_;
-  Request reduce_req_, replicate_req_;
+  Request reduce_req_;
   bool reduce_started_ = false;
   mutable bool grad_zero_pending_ = false;  // zero_grad() without a fill yet
   GradWrite reduce_write_ = GradWrite::add;  // how the reduction in flight lands in grad_
