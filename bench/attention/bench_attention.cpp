@@ -36,8 +36,8 @@
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
 
-#include <kshard/engine/attention.hpp>
-#include <kshard/engine/flash_attention.hpp>
+#include <kshard/engine/nn/attention.hpp>
+#include <kshard/engine/kernels/flash_attention.hpp>
 #include <kshard/mesh/session.hpp>
 
 namespace {

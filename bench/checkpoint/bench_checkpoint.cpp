@@ -29,7 +29,7 @@
 #include <vector>
 
 #include <kshard/checkpoint/checkpoint.hpp>
-#include <kshard/engine/linear.hpp>
+#include <kshard/engine/nn/linear.hpp>
 #include <kshard/mesh/session.hpp>
 
 namespace {

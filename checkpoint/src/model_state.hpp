@@ -8,7 +8,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "kshard/engine/fsdp_model.hpp"
+#include "kshard/engine/fsdp/fsdp_model.hpp"
 #include "kshard/optim/fused_adam.hpp"
 
 namespace kshard::ckpt {

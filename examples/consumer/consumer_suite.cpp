@@ -1,7 +1,9 @@
 // A distributed suite in an outside project, built against the installed harness.
 #include <kshard/testing/harness.hpp>
 
+#include <kshard/engine/fsdp/recipe.hpp>
 #include <kshard/mesh/device_mesh.hpp>
+#include <kshard/optim/fused_adam.hpp>
 
 namespace kt = kshard::testing;
 
@@ -18,6 +20,12 @@ BOOST_AUTO_TEST_CASE(all_reduce_sums_ranks) {
 
 BOOST_AUTO_TEST_CASE(invalid_mesh_is_an_error_everywhere) {
   KSHARD_CHECK_THROWS_ALL(kshard::DeviceMesh(kt::world(), {kt::world_size() + 1}), kshard::Error);
+}
+
+// The engine's headers install in their kernels/ nn/ fsdp/ layout, and the
+// optimizer's public header (which includes engine headers) finds them.
+BOOST_AUTO_TEST_CASE(installed_engine_headers_resolve) {
+  KSHARD_CHECK_ALL(kshard::Recipe::parse("bf16").compute_dtype == kshard::DType::bf16);
 }
 
 KSHARD_TEST_SUITE_END()

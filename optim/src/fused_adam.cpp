@@ -10,7 +10,7 @@
 
 #include "grad_kernels.hpp"
 #include "kshard/error.hpp"
-#include "kshard/engine/sharded_group.hpp"
+#include "kshard/engine/fsdp/sharded_group.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "kshard/optim/grad_clip.hpp"
 

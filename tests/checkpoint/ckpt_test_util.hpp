@@ -23,12 +23,12 @@
 #include <nlohmann/json.hpp>
 
 #include "kshard/checkpoint/checkpoint.hpp"
-#include "kshard/engine/embedding.hpp"
-#include "kshard/engine/fsdp_model.hpp"
-#include "kshard/engine/layer_norm.hpp"
-#include "kshard/engine/linear.hpp"
-#include "kshard/engine/loss_scaler.hpp"
-#include "kshard/engine/transformer_layer.hpp"
+#include "kshard/engine/nn/embedding.hpp"
+#include "kshard/engine/fsdp/fsdp_model.hpp"
+#include "kshard/engine/nn/layer_norm.hpp"
+#include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/fsdp/loss_scaler.hpp"
+#include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/mesh/device_mesh.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "kshard/optim/fused_adam.hpp"

@@ -16,13 +16,13 @@
 #include <memory>
 #include <random>
 
-#include <kshard/engine/embedding.hpp>
-#include <kshard/engine/fsdp_model.hpp>
-#include <kshard/engine/layer_norm_linear.hpp>
-#include <kshard/engine/layer_norm_mlp.hpp>
-#include <kshard/engine/linear.hpp>
-#include <kshard/engine/loss_scaler.hpp>
-#include <kshard/engine/transformer_layer.hpp>
+#include <kshard/engine/nn/embedding.hpp>
+#include <kshard/engine/fsdp/fsdp_model.hpp>
+#include <kshard/engine/nn/layer_norm_linear.hpp>
+#include <kshard/engine/nn/layer_norm_mlp.hpp>
+#include <kshard/engine/nn/linear.hpp>
+#include <kshard/engine/fsdp/loss_scaler.hpp>
+#include <kshard/engine/nn/transformer_layer.hpp>
 #include <kshard/optim/fused_adam.hpp>
 
 namespace kt = kshard::testing;

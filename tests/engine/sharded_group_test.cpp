@@ -9,8 +9,8 @@
 
 #include <cmath>
 
-#include <kshard/engine/init.hpp>
-#include <kshard/engine/sharded_group.hpp>
+#include <kshard/engine/nn/init.hpp>
+#include <kshard/engine/fsdp/sharded_group.hpp>
 #include <kshard/mesh/memory_tracker.hpp>
 #include <kshard/numeric/convert.hpp>
 

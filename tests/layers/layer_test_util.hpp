@@ -11,7 +11,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "kshard/engine/layer.hpp"
+#include "kshard/engine/nn/layer.hpp"
 #include "kshard/numeric/compute.hpp"
 
 namespace kshard::test {

@@ -37,8 +37,8 @@
 #include <string>
 
 #include "kshard/compat/kokkos.hpp"
-#include "kshard/engine/attention.hpp"
-#include "kshard/engine/flash_attention.hpp"
+#include "kshard/engine/nn/attention.hpp"
+#include "kshard/engine/kernels/flash_attention.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
 

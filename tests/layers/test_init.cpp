@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "kshard/engine/init.hpp"
-#include "kshard/engine/linear.hpp"
-#include "kshard/engine/transformer_layer.hpp"
+#include "kshard/engine/nn/init.hpp"
+#include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
 

@@ -10,14 +10,14 @@
 
 #include <memory>
 
-#include "kshard/engine/attention.hpp"
-#include "kshard/engine/embedding.hpp"
-#include "kshard/engine/gelu.hpp"
-#include "kshard/engine/layer_norm.hpp"
-#include "kshard/engine/layer_norm_linear.hpp"
-#include "kshard/engine/layer_norm_mlp.hpp"
-#include "kshard/engine/linear.hpp"
-#include "kshard/engine/transformer_layer.hpp"
+#include "kshard/engine/nn/attention.hpp"
+#include "kshard/engine/nn/embedding.hpp"
+#include "kshard/engine/nn/gelu.hpp"
+#include "kshard/engine/nn/layer_norm.hpp"
+#include "kshard/engine/nn/layer_norm_linear.hpp"
+#include "kshard/engine/nn/layer_norm_mlp.hpp"
+#include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/transformer_layer.hpp"
 #include "layer_test_util.hpp"
 
 using namespace kshard;

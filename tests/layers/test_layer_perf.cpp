@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "kshard/engine/transformer_layer.hpp"
+#include "kshard/engine/nn/transformer_layer.hpp"
 #include "layer_test_util.hpp"
 
 using namespace kshard;

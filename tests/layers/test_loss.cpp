@@ -3,7 +3,7 @@
 // layer checks, for the same reasons: FD noise ~1e-9), float vs double.
 #include <boost/test/unit_test.hpp>
 
-#include "kshard/engine/loss.hpp"
+#include "kshard/engine/nn/loss.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
 

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <sstream>
 
-#include <kshard/engine/loss.hpp>
+#include <kshard/engine/nn/loss.hpp>
 #include <kshard/train/trainer.hpp>
 
 #include "train_test_util.hpp"

@@ -12,11 +12,11 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <kshard/engine/embedding.hpp>
-#include <kshard/engine/fsdp_model.hpp>
-#include <kshard/engine/layer_norm.hpp>
-#include <kshard/engine/linear.hpp>
-#include <kshard/engine/transformer_layer.hpp>
+#include <kshard/engine/nn/embedding.hpp>
+#include <kshard/engine/fsdp/fsdp_model.hpp>
+#include <kshard/engine/nn/layer_norm.hpp>
+#include <kshard/engine/nn/linear.hpp>
+#include <kshard/engine/nn/transformer_layer.hpp>
 #include <kshard/mesh/device_mesh.hpp>
 #include <kshard/train/token_source.hpp>
 

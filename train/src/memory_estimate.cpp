@@ -5,7 +5,7 @@
 
 #include "agree.hpp"
 #include "device_memory.hpp"
-#include "kshard/engine/param_index.hpp"
+#include "kshard/engine/fsdp/param_index.hpp"
 #include "kshard/error.hpp"
 #include "kshard/mesh/session.hpp"
 

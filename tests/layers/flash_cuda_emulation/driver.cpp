@@ -1,11 +1,11 @@
 // Driver of the host emulation (see run.sh): runs the tensor-core path of
-// engine/src/cuda/flash_attention_cuda.cpp through its backend entry points on
+// engine/src/kernels/cuda/flash_attention_cuda.cpp through its backend entry points on
 // host memory and compares ctx, lse and dq/dk/dv with a naive double reference
 // on the same 16-bit inputs (same tolerances as tests/layers/test_flash_attention.cpp).
 // The portable kernel is stubbed out: reaching it is a failure here.
 #include <cstdio>
 #include <random>
-#include "kshard/engine/flash_attention.hpp"
+#include "kshard/engine/kernels/flash_attention.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the CUDA tensor-core fused-attention kernels (engine/src/cuda/
+# Runs the CUDA tensor-core fused-attention kernels (engine/src/kernels/cuda/
 # flash_attention_cuda.cpp, verbatim) on the host, without a GPU: every CUDA
 # thread is a std::thread, __syncthreads and the warp-collective instructions
 # (shfl, ldmatrix, mma.sync m16n8k16) are emulated with their documented
@@ -18,7 +18,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
 OUT="$REPO/build/flash-emu"
 mkdir -p "$OUT"
-python3 "$HERE/make_emu.py" "$REPO/engine/src/cuda/flash_attention_cuda.cpp" "$OUT/fa_emu.cpp"
+python3 "$HERE/make_emu.py" "$REPO/engine/src/kernels/cuda/flash_attention_cuda.cpp" "$OUT/fa_emu.cpp"
 KOKKOS_INC=${KOKKOS_INC:-/usr/include/trilinos}
 g++ -std=c++17 -O1 -w -include "$HERE/shim.hpp" -I"$REPO/engine/include" -I"$REPO/mesh/include" \
   -I"$HERE" -isystem "$KOKKOS_INC" "$OUT/fa_emu.cpp" "$HERE/driver.cpp" -o "$OUT/flash-emu" -lpthread

@@ -42,7 +42,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kshard/engine/fsdp_model.hpp"
+#include "kshard/engine/fsdp/fsdp_model.hpp"
 #include "kshard/optim/fused_adam.hpp"
 
 namespace kshard {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "kshard/dtype.hpp"
-#include "kshard/engine/fsdp_model.hpp"
+#include "kshard/engine/fsdp/fsdp_model.hpp"
 
 namespace kshard {
 

@@ -50,7 +50,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kshard/dtype.hpp"
-#include "kshard/engine/low_precision_shard.hpp"
+#include "kshard/engine/fsdp/low_precision_shard.hpp"
 #include "kshard/mesh/communicator.hpp"
 #include "kshard/numeric/types.hpp"
 

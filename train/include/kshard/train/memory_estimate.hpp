@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "kshard/engine/layer_def.hpp"
-#include "kshard/engine/recipe.hpp"
+#include "kshard/engine/nn/layer_def.hpp"
+#include "kshard/engine/fsdp/recipe.hpp"
 #include "kshard/mesh/communicator.hpp"
 
 namespace kshard {

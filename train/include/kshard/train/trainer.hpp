@@ -93,8 +93,8 @@
 #include <Kokkos_Core.hpp>
 
 #include "kshard/checkpoint/checkpoint.hpp"
-#include "kshard/engine/fsdp_model.hpp"
-#include "kshard/engine/loss_scaler.hpp"
+#include "kshard/engine/fsdp/fsdp_model.hpp"
+#include "kshard/engine/fsdp/loss_scaler.hpp"
 #include "kshard/error.hpp"
 #include "kshard/optim/fused_adam.hpp"
 #include "kshard/optim/lr_schedule.hpp"

@@ -1,0 +1,138 @@
+#pragma once
+// FsdpModel: a sequence of layers, each wrapped as one FSDP unit
+// (ShardedGroup "layers.<i>"), and the schedule that drives them. The layers
+// run in the recipe's compute dtype (f32 for fp32, bf16 for bf16 and fp8,
+// f16 for fp16), FSDP2's param_dtype.
+//
+//   std::vector<kshard::LayerDef> defs{kshard::layer<kshard::Embedding>(vocab, d),
+//                                      kshard::layer<kshard::TransformerLayer>(d, heads, 4 * d),
+//                                      kshard::layer<kshard::Linear>(d, vocab)};
+//   kshard::FsdpModel model(mesh, defs, kshard::Recipe::parse("bf16"));
+//   model.init_parameters(seed);
+//   double loss = model.forward_backward_ce(token_ids, {batch, seq, 1}, targets);
+//   // then the optimizer steps every group's shard (kshard::optim), and
+//   model.after_optimizer_step();
+//
+// Forward: unit i is unsharded (ONE all-gather) before its forward; unit i+1's
+// all-gather is started before unit i computes (prefetch); with
+// reshard_after_forward every unit but the last frees its full parameters
+// after its forward (ZeRO-3), otherwise they stay until backward (ZeRO-2
+// style, no second all-gather). Backward runs in reverse, re-unsharding where
+// resharded (prefetching the next unit), accumulating into the unit's f32
+// unsharded gradient and, when `sync`, starting its reduce-scatter at once so
+// that it overlaps the next unit's backward; the previous unit's reduction is
+// completed then, which bounds memory to two units' gradients. With
+// sync=false (no_sync) gradients stay unsharded and accumulate across
+// micro-batches until a backward with sync=true reduces them once.
+//
+// Memory: activations are kept by the layers and reused from step to step;
+// unsharded parameters, unsharded gradients, reduce-scatter buffers and
+// backward workspaces come from the buffer pool; the cross-entropy gradient
+// overwrites the logits. So after the first step nothing is allocated.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kshard/engine/nn/layer.hpp"
+#include "kshard/engine/nn/layer_def.hpp"
+#include "kshard/engine/fsdp/recipe.hpp"
+#include "kshard/engine/fsdp/sharded_group.hpp"
+
+namespace kshard {
+
+struct FsdpOptions {
+  bool reshard_after_forward = true;
+  bool prefetch = true;
+  /// bf16/fp16: keep a 16-bit copy of each shard (see ShardedGroup).
+  bool keep_low_precision_shard = false;
+};
+
+namespace detail {
+class FsdpCoreBase;  // the schedule in one compute type (fsdp_model.cpp)
+/// What the model knows of a layer whatever its compute type.
+struct LayerKindInfo {
+  std::string kind;
+  std::int64_t in_features = 0, out_features = 0;
+  std::vector<ParamSpec> specs;
+  bool takes_token_ids = false;
+};
+}  // namespace detail
+
+class FsdpModel {
+ public:
+  /// Layers built in the recipe's compute dtype.
+  FsdpModel(const DeviceMesh& mesh, const std::vector<LayerDef>& layers, Recipe recipe,
+            FsdpOptions options = {});
+  /// Ready-made f32 layers: only for recipes that compute in f32 (fp32).
+  FsdpModel(const DeviceMesh& mesh, std::vector<std::unique_ptr<Layer<float>>> layers,
+            Recipe recipe, FsdpOptions options = {});
+  ~FsdpModel();
+  FsdpModel(FsdpModel&&) noexcept;
+  FsdpModel& operator=(FsdpModel&&) noexcept;
+
+  std::size_t num_units() const noexcept { return groups_.size(); }
+  ShardedGroup& group(std::size_t i) { return groups_.at(i); }
+  /// "TransformerLayer", ... of unit i.
+  std::string layer_kind(std::size_t i) const;
+  const Recipe& recipe() const noexcept { return recipe_; }
+  const FsdpOptions& options() const noexcept { return options_; }
+  const DeviceMesh& mesh() const noexcept { return mesh_; }
+
+  void init_parameters(std::uint64_t seed);
+
+  /// Runs every unit's forward on f32 features (rounded to the compute dtype;
+  /// for a model that starts with an Embedding: token ids stored as floats).
+  /// Returns the output as f32 (a copy for 16-bit compute), valid until the
+  /// next forward. x must stay unchanged until backward.
+  Kokkos::View<const float*> forward(Kokkos::View<const float*> x, ActShape shape);
+  /// The same on int32 token ids (a first layer that takes_token_ids()).
+  Kokkos::View<const float*> forward(Kokkos::View<const std::int32_t*> ids, ActShape shape);
+  /// Backward from dL/d(output) of the last forward (rounded to the compute dtype).
+  void backward(Kokkos::View<const float*> dy, bool sync = true);
+
+  /// forward + mean-squared-error loss + backward. grad_scale multiplies the
+  /// loss gradient (1/micro-batches, times the fp16 loss scale). Returns the
+  /// local (this rank's batch) unscaled loss.
+  double forward_backward_mse(Kokkos::View<const float*> x, ActShape shape,
+                              Kokkos::View<const float*> target, double grad_scale = 1.0,
+                              bool sync = true);
+  /// forward + softmax cross-entropy over the last layer's outputs (logits
+  /// [rows, vocab], the gradient written over them) against integer targets
+  /// (negative: ignored row) + backward.
+  double forward_backward_ce(Kokkos::View<const float*> x, ActShape shape,
+                             Kokkos::View<const std::int32_t*> targets, double grad_scale = 1.0,
+                             bool sync = true);
+  double forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                             Kokkos::View<const std::int32_t*> targets, double grad_scale = 1.0,
+                             bool sync = true);
+
+  void zero_grad();
+  /// This rank's gradient statistics over all units (see
+  /// ShardedGroup::grad_stats): feed them to FusedAdam::combine_stats() and
+  /// apply() to step without re-reading the gradients.
+  GradShardStats local_grad_stats() const;
+  /// Re-derive the low-precision shards the optimizer did not write (fp8_init).
+  void after_optimizer_step();
+
+  /// Parameters of the whole model.
+  std::int64_t num_parameters() const;
+  /// Bytes of master + grad (+ low-precision) shards on this rank.
+  std::size_t persistent_bytes() const;
+  /// Bytes of the largest unit when unsharded (compute buffer, plus the fp8 gather).
+  std::size_t max_unit_bytes() const;
+  /// Every unit's f32 master parameters, all-gathered (for tests and export).
+  std::vector<std::vector<float>> gather_master_parameters() const;
+
+ private:
+  void build_groups();
+
+  DeviceMesh mesh_;
+  Recipe recipe_;
+  FsdpOptions options_;
+  std::vector<ShardedGroup> groups_;
+  std::unique_ptr<detail::FsdpCoreBase> core_;
+  Kokkos::View<double*> stats_total_;  // device scratch of local_grad_stats()
+};
+
+}  // namespace kshard

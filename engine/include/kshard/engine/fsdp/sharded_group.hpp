@@ -1,0 +1,185 @@
+#pragma once
+// ShardedGroup: one FSDP unit — the parameters of one module, flattened into
+// one padded buffer split evenly over the mesh's shard dimension.
+//
+//   kshard::ShardedGroup g("layers.0", layer.param_specs(), mesh, recipe);
+//   g.init_parameters(seed);           // each rank fills only its shard
+//   g.unshard();                       // ONE all-gather into a contiguous buffer
+//   layer.forward(x, s, g.params<T>(), y);   // T: the recipe's compute dtype
+//   g.reshard();                       // free it
+//   ...
+//   g.unshard();
+//   layer.backward(dy, g.params(), g.unsharded_grads(), dx);
+//   g.reduce_grads();                  // ONE reduce-scatter (avg) into g.grad()
+//   g.reshard();
+//
+// Per rank, between steps, a group holds: the f32 master shard (the sharded
+// parameter, updated by the optimizer), the f32 gradient shard, and, per
+// recipe, the low-precision shard the all-gather sends (bf16/f16 copy written
+// by the optimizer's kernel, or fp8 + block scales with fp8_init). While
+// unsharded it also holds the compute buffer in the recipe's compute dtype:
+// for fp32/bf16/fp16 the all-gather writes it directly (the parameters are
+// Views into it, no upcast copy); fp8 gathers its packed bytes and
+// dequantizes them into a bf16 compute buffer. During backward it holds the
+// f32 unsharded gradient buffer (layers write f32 gradients). All of these
+// unsharded buffers come from the buffer pool (kshard/mesh/buffer_pool.hpp),
+// so a steady-state step allocates no device memory. HSDP (2-D mesh):
+// gradients are reduce-scattered over the shard dimension, then all-reduced
+// (avg) over the replicate one.
+//
+// What differs by recipe (what travels, in which dtype, through which
+// buffers) is the recipe's wire format (engine/src/fsdp/wire_format.hpp,
+// private), picked once at construction; this class keeps what every recipe
+// shares: the order of starts, waits and finishes, the lazy zero_grad, the
+// compute buffer and the unsharded gradient.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+#include "kshard/engine/kernels/cast.hpp"
+#include "kshard/engine/fsdp/low_precision_shard.hpp"
+#include "kshard/engine/fsdp/param_index.hpp"
+#include "kshard/engine/fsdp/recipe.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/mesh/device_mesh.hpp"
+
+namespace kshard {
+
+namespace detail {
+struct ShardContext;
+class GatherWire;
+class ReduceWire;
+}  // namespace detail
+
+class ShardedGroup {
+ public:
+  /// keep_low_precision_shard (bf16/fp16 recipes): keep a 16-bit copy of the
+  /// shard between steps, written by the optimizer's update kernel, and
+  /// all-gather it as is (2 B/param more memory, one cast pass per unshard
+  /// less); false (the default, as FSDP2): cast the master into a pool block
+  /// at each unshard.
+  ShardedGroup(std::string name, const std::vector<ParamSpec>& specs, const DeviceMesh& mesh,
+               Recipe recipe, bool keep_low_precision_shard = false);
+  ShardedGroup(const ShardedGroup&) = delete;
+  ShardedGroup& operator=(const ShardedGroup&) = delete;
+  ShardedGroup(ShardedGroup&&);  // defined where the wire formats are complete
+  ~ShardedGroup();
+
+  const std::string& name() const noexcept { return name_; }
+  const ParamIndex& index() const noexcept { return index_; }
+  const Recipe& recipe() const noexcept { return recipe_; }
+  int shard_rank() const noexcept { return shard_rank_; }
+
+  /// Deterministic init of every parameter (key: "<group>.<param>"): each
+  /// rank fills its own slice, identical to an unsharded fill.
+  void init_parameters(std::uint64_t seed);
+  /// Sets the master shard from a full flat parameter vector (tests, loading).
+  void set_full_parameters(Kokkos::View<const float*> flat);
+
+  Kokkos::View<float*> master() const noexcept { return master_; }
+  /// The f32 gradient shard (zeroed first if zero_grad() left it pending).
+  Kokkos::View<float*> grad() const;
+  /// The low-precision shard the optimizer's kernel keeps equal to
+  /// cast(master) (bf16/f16 recipes with keep_low_precision_shard); none
+  /// (data == nullptr) otherwise. FusedAdam::add_group(ShardedGroup&) reads it.
+  LowPrecisionShard model_param() const noexcept;
+  /// Re-derives the low-precision shard from the master (after init, after an
+  /// optimizer step that did not write it, and for fp8_init: re-quantize).
+  void refresh_low_precision();
+
+  // ---- unshard / reshard ----
+  void start_unshard();
+  void finish_unshard();
+  void unshard() {
+    start_unshard();
+    finish_unshard();
+  }
+  bool unshard_pending() const noexcept { return gather_req_.pending() || gather_started_; }
+  bool is_unsharded() const noexcept { return unsharded_; }
+  /// Full parameters (Views of the compute buffer) in the compute dtype T
+  /// (recipe().compute_dtype; else kshard::Error), valid while unsharded.
+  template <class T>
+  std::vector<Kokkos::View<const T*>> params() const;
+  /// The whole compute buffer (padded) in the compute dtype, while unsharded.
+  template <class T>
+  Kokkos::View<const T*> flat_params() const;
+  /// The compute buffer upcast to f32 (a copy; tests and export).
+  Kokkos::View<float*> flat_params_f32() const;
+  void reshard();
+
+  // ---- gradients ----
+  /// Full-size f32 gradient Views (acquired and zeroed on first use; kept
+  /// across backward passes until reduced, so no_sync micro-batches accumulate).
+  const std::vector<Kokkos::View<float*>>& unsharded_grads();
+  bool has_unsharded_grads() const noexcept { return bool(grad_full_); }
+  void start_reduce_grads();
+  void finish_reduce_grads();
+  void reduce_grads() {
+    start_reduce_grads();
+    finish_reduce_grads();
+  }
+  /// Zeroes the gradient shard lazily: the next reduction WRITES the shard
+  /// instead of adding to it (f32 reduce dtype: the reduce-scatter lands in the
+  /// shard itself), which saves a fill and a read of every element per step.
+  /// grad() and FsdpModel::local_grad_stats() zero a shard still pending; a
+  /// View of the shard taken before zero_grad() shows the old values until
+  /// one of those or a reduction runs.
+  void zero_grad();
+  bool grad_zero_pending() const noexcept { return grad_zero_pending_; }
+  /// Sum of squares and inf/NaN count of the gradient shard as the group last
+  /// wrote it (computed in the same kernel that accumulates each reduction;
+  /// zero after zero_grad()), so the optimizer need not read it again.
+  /// grad_stats() copies them to the host (waits for the reduction);
+  /// grad_stats_device() is the 2-element device View they live in.
+  GradShardStats grad_stats() const;
+  Kokkos::View<const double*> grad_stats_device() const noexcept { return grad_stats_; }
+
+  /// The f32 master parameters of the whole group (all-gathered; padding
+  /// dropped), on the host. Collective over the shard communicator.
+  std::vector<float> gather_master() const;
+
+  /// Bytes held between steps (master, grad, low-precision shard) on this rank.
+  std::size_t persistent_bytes() const noexcept;
+  /// Bytes of one unsharded copy (gather + compute buffers) of this group,
+  /// without the unsharded gradient (4 B per padded element).
+  std::size_t unsharded_bytes() const noexcept;
+
+ private:
+  /// The state the wire formats work on (built per call: the group is movable).
+  detail::ShardContext context() const;
+  void check_compute_type(DType t, const char* what) const;
+
+  std::string name_;
+  Recipe recipe_;
+  ParamIndex index_;
+  Communicator shard_comm_, replicate_comm_;
+  int shard_rank_ = 0;
+
+  Kokkos::View<float*> master_, grad_;
+
+  // The recipe's wire format: parameters out (owns the low-precision shard
+  // kept between steps and the gather's send/receive blocks) and gradients
+  // back (owns the reduce-scatter's blocks).
+  std::unique_ptr<detail::GatherWire> gather_wire_;
+  std::unique_ptr<detail::ReduceWire> reduce_wire_;
+
+  // Unsharded state (pool blocks).
+  memory::Block compute_;   // the full parameters in the compute dtype
+  Request gather_req_;
+  bool gather_started_ = false;
+  bool unsharded_ = false;
+
+  // Gradient reduction.
+  memory::Block grad_full_;  // f32 unsharded gradient
+  std::vector<Kokkos::View<float*>> grad_views_;
+  Request reduce_req_;
+  bool reduce_started_ = false;
+  mutable bool grad_zero_pending_ = false;  // zero_grad() without a fill yet
+  GradWrite reduce_write_ = GradWrite::add;  // how the reduction in flight lands in grad_
+  Kokkos::View<double*> grad_stats_;  // {sum of squares, inf/NaN count} on the device
+};
+
+}  // namespace kshard

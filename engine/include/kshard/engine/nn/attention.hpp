@@ -1,0 +1,103 @@
+#pragma once
+// CausalSelfAttention: multi-head self-attention with a causal mask, the
+// attention half of a TransformerLayer (without its LayerNorm and residual).
+//   qkv = x Wqkv^T + bqkv           Wqkv [3d, d]: rows [0,d) q, [d,2d) k, [2d,3d) v
+//   per (batch, head h):            head h uses columns [h*hd, (h+1)*hd) of q, k, v
+//     P = softmax(mask(q k^T / sqrt(hd)))   mask: position i sees keys j <= i
+//     ctx = P v
+//   y = ctx Wproj^T + bproj         Wproj [d, d]
+// Params, in order: "qkv.weight", "qkv.bias", "proj.weight", "proj.bias".
+//
+//   kshard::CausalSelfAttention<float> attn(/*d_model=*/768, /*heads=*/12);
+//   attn.forward(x, {batch, seq, 768}, params, y);
+//
+// The attention core is fused by default (kernels/flash_attention.hpp: online
+// softmax, never stores [batch, heads, seq, seq]; tensor cores for bf16/f16 on
+// CUDA); saved for backward: qkv [rows, 3d], ctx [rows, d] and the per-row
+// log-sum-exp [batch, heads, seq]. The unfused path (set_attention_impl(unfused)
+// or KSHARD_ATTENTION=unfused) is the reference the fused one is tested
+// against: score and context products as strided-batched GEMMs over heads
+// read in place from the qkv activation, a causal softmax with one Kokkos
+// team per score row, and the probabilities [batch, heads, seq, seq] saved.
+// The recompute path runs the same unfused kernels but keeps the
+// probabilities only inside one forward or backward (a pool block shared by
+// all layers) and computes them again in backward: one more score GEMM and
+// softmax per layer instead of B*H*T*T elements per layer alive from forward
+// to backward (the default for f32 on CUDA).
+#include "kshard/engine/nn/linear.hpp"
+
+namespace kshard {
+
+/// Process-wide choice of the attention core for the next forwards.
+/// automatic (the default; KSHARD_ATTENTION=fused|unfused|recompute overrides
+/// it): the fused kernel wherever it is the fast one, i.e. everywhere except
+/// f32/f64 on CUDA, where only the portable Kokkos kernel exists (no tensor
+/// cores; 7-14x slower than the cuBLAS-based unfused path on the H200,
+/// bench/attention): there, recompute.
+enum class AttentionImpl { automatic, fused, unfused, recompute };
+void set_attention_impl(AttentionImpl impl) noexcept;
+AttentionImpl attention_impl() noexcept;
+/// The path a forward in compute type T takes now (automatic resolved).
+template <class T>
+AttentionImpl resolved_attention_impl() noexcept;
+/// Whether a forward in compute type T uses the fused kernel now.
+template <class T>
+bool uses_fused_attention() noexcept;
+
+template <class T>
+class CausalSelfAttention final : public Layer<T> {
+ public:
+  using typename Layer<T>::ConstViews;
+  using typename Layer<T>::GradViews;
+
+  CausalSelfAttention(std::int64_t d_model, std::int64_t heads);
+
+  std::string kind() const override { return "CausalSelfAttention"; }
+  std::vector<ParamSpec> param_specs() const override;
+  std::int64_t in_features() const override { return d_; }
+  std::int64_t out_features() const override { return d_; }
+  std::int64_t heads() const { return heads_; }
+  std::int64_t head_dim() const { return d_ / heads_; }
+
+  void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+               Kokkos::View<T*> y) override;
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
+                Kokkos::View<T*> dx) override;
+  void release() override;
+
+ private:
+  std::int64_t d_, heads_;
+  Linear<T> qkv_proj_, out_proj_;
+  bool saved_ = false;
+  AttentionImpl path_ = AttentionImpl::fused;  // the path of the saved forward
+  ActShape shape_{};
+  Kokkos::View<T*> qkv_;   // [rows, 3d]
+  Kokkos::View<T*> prob_;  // unfused: [batch, heads, seq, seq]
+  Kokkos::View<accum_t<T>*> lse_;  // fused: [batch, heads, seq]
+  Kokkos::View<T*> ctx_;   // [rows, d]
+};
+
+namespace detail {
+/// The causal probabilities alone (score GEMM + softmax) into prob.
+template <class T>
+void causal_attention_probs(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                            std::int64_t batch, std::int64_t seq, std::int64_t d,
+                            std::int64_t heads);
+/// Attention core on a packed qkv [batch*seq, 3d]: prob and ctx as above.
+template <class T>
+void causal_attention_forward(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                              Kokkos::View<T*> ctx, std::int64_t batch, std::int64_t seq,
+                              std::int64_t d, std::int64_t heads);
+/// dqkv (written) from dctx; dprob is a [batch, heads, seq, seq] workspace.
+template <class T>
+void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*> prob,
+                               Kokkos::View<const T*> dctx, Kokkos::View<T*> dprob,
+                               Kokkos::View<T*> dqkv, std::int64_t batch, std::int64_t seq,
+                               std::int64_t d, std::int64_t heads);
+}  // namespace detail
+
+#define KSHARD_EXTERN_LAYER(T) extern template class CausalSelfAttention<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
+
+}  // namespace kshard

@@ -1,0 +1,71 @@
+#pragma once
+// Embedding: token ids -> vectors, optionally plus learned position vectors.
+//   y[r, :] = weight[id_r, :] (+ position[r % seq, :])
+// The input holds one token id per row (features = 1): int32 ids through
+// forward_tokens() (what FsdpModel feeds it), or, for float/double, ids stored
+// as T through forward(), so an Embedding can also sit in a plain layer stack.
+// Ids must be integers in [0, vocab) (checked, kshard::Error). dx is written
+// as zeros: ids have no gradient.
+// Params: "weight" [vocab, d] ~ N(0, 0.02) (GPT-2's init), and with
+// max_seq > 0 also "position" [max_seq, d] ~ N(0, 0.02); seq must be <= max_seq.
+//
+//   kshard::Embedding<float> emb(/*vocab=*/50257, /*d=*/768, /*max_seq=*/1024);
+//   emb.forward(ids, {batch, seq, 1}, params, y);   // y: [batch*seq, 768]
+//
+// Backward scatters dy into the f32 (accum_t<T>) dweight with atomic adds
+// (repeated ids add up; on GPUs the order, so the last bits, may vary);
+// dposition sums dy over the batch.
+#include "kshard/engine/nn/layer.hpp"
+
+namespace kshard {
+
+template <class T>
+class Embedding final : public Layer<T> {
+ public:
+  using typename Layer<T>::ConstViews;
+  using typename Layer<T>::GradViews;
+
+  Embedding(std::int64_t vocab, std::int64_t d, std::int64_t max_seq = 0, double init_std = 0.02);
+
+  std::string kind() const override { return "Embedding"; }
+  std::vector<ParamSpec> param_specs() const override;
+  std::int64_t in_features() const override { return 1; }
+  std::int64_t out_features() const override { return d_; }
+  std::int64_t vocab() const { return vocab_; }
+  std::int64_t max_seq() const { return max_seq_; }
+
+  /// x: token ids as T (exact integers in [0, vocab); float/double only).
+  void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+               Kokkos::View<T*> y) override;
+  bool takes_token_ids() const override { return true; }
+  void forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                      const ConstViews& params, Kokkos::View<T*> y) override;
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
+                Kokkos::View<T*> dx) override;
+  void release() override;
+
+ private:
+  std::int64_t vocab_, d_, max_seq_;
+  double init_std_;
+  bool saved_ = false;
+  ActShape shape_{};
+  Kokkos::View<const std::int32_t*> ids_;  // handle to the forward's ids
+  Kokkos::View<std::int32_t*> ids_buf_;    // ids converted from T by forward()
+
+  // The lookup on validated ids and shapes; saves the forward.
+  void embed(Kokkos::View<const std::int32_t*> ids, ActShape shape, const ConstViews& params,
+             Kokkos::View<T*> y);
+};
+
+namespace detail {
+/// ids[r] = int32(x[r]); returns how many x[r] are not integers in [0, vocab).
+template <class T>
+std::int64_t token_ids_from(Kokkos::View<const T*> x, std::int64_t vocab,
+                            Kokkos::View<std::int32_t*> ids);
+}  // namespace detail
+
+#define KSHARD_EXTERN_LAYER(T) extern template class Embedding<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)
+#undef KSHARD_EXTERN_LAYER
+
+}  // namespace kshard

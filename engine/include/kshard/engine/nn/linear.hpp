@@ -1,0 +1,59 @@
+#pragma once
+// Linear: y = x W^T + b, W [out, in], b [out] (PyTorch's nn.Linear layout and
+// default init, U(-1/sqrt(in), 1/sqrt(in)) for both). Also the LM head
+// (Linear(d_model, vocab, false) after the last layer).
+//
+//   kshard::Linear<float> fc(512, 2048);          // params: "weight" [2048, 512], "bias" [2048]
+//   fc.forward(x, {batch, seq, 512}, params, y);  // y: [batch*seq, 2048]
+//
+// Backward: dx = dy W, dW += dy^T x, db += column sums of dy: three GEMMs.
+#include "kshard/engine/nn/layer.hpp"
+
+namespace kshard {
+
+template <class T>
+class Linear final : public Layer<T> {
+ public:
+  using typename Layer<T>::ConstViews;
+  using typename Layer<T>::GradViews;
+
+  Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
+
+  std::string kind() const override { return "Linear"; }
+  std::vector<ParamSpec> param_specs() const override;
+  std::int64_t in_features() const override { return in_; }
+  std::int64_t out_features() const override { return out_; }
+  bool has_bias() const { return bias_; }
+
+  void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+               Kokkos::View<T*> y) override;
+  void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
+                Kokkos::View<T*> dx) override;
+  void release() override;
+  /// forward, then GELU (tanh): pre = x W^T + b (kept by the caller for
+  /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T one
+  /// cuBLASLt call (bias and GELU in the GEMM's epilogue); elsewhere the GEMM
+  /// and two elementwise passes. backward() is the Linear's alone (dy w.r.t.
+  /// pre): the caller applies GELU's backward first.
+  void forward_gelu(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                    Kokkos::View<T*> pre, Kokkos::View<T*> y);
+  /// Points the saved forward input at `x`, an equal recomputed copy (same
+  /// size), before backward: lets the owner of a large input give its memory
+  /// back after forward and rebuild it only for backward (LayerNormMLP does
+  /// so with the GELU output).
+  void rebind_input(Kokkos::View<const T*> x);
+
+ private:
+  std::int64_t in_, out_;
+  bool bias_;
+  bool saved_ = false;
+  ActShape shape_{};
+  Kokkos::View<const T*> x_;  // handle to the forward input
+  Kokkos::View<T*> ones_;     // for the bias gradient GEMM
+};
+
+#define KSHARD_LINEAR_EXTERN(T) extern template class Linear<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LINEAR_EXTERN)
+#undef KSHARD_LINEAR_EXTERN
+
+}  // namespace kshard

@@ -1,0 +1,364 @@
+#include "kshard/engine/fsdp/fsdp_model.hpp"
+
+#include <type_traits>
+
+#include "kshard/engine/kernels/cast.hpp"
+#include "kshard/engine/nn/embedding.hpp"
+#include "kshard/engine/nn/loss.hpp"
+#include "kshard/error.hpp"
+
+namespace kshard {
+namespace detail {
+namespace {
+
+/// A View of exactly n elements carved from a buffer that only ever grows
+/// (so per-step buffers are allocated once, at the first step).
+template <class T>
+Kokkos::View<T*> window(Kokkos::View<T*>& buf, std::int64_t n, const char* label) {
+  if (std::int64_t(buf.extent(0)) < n)
+    buf = Kokkos::View<T*>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing),
+                           std::size_t(n));
+  return Kokkos::subview(buf, std::make_pair(std::int64_t(0), n));
+}
+
+}  // namespace
+
+// The schedule in one compute type. Groups and options live in FsdpModel and
+// are passed in, so a moved FsdpModel keeps working.
+class FsdpCoreBase {
+ public:
+  virtual ~FsdpCoreBase() = default;
+  virtual std::size_t size() const = 0;
+  virtual const LayerKindInfo& info(std::size_t i) const = 0;
+  virtual void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                                Kokkos::View<const float*> x, ActShape shape) = 0;
+  virtual void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                           Kokkos::View<const std::int32_t*> ids, ActShape shape) = 0;
+  virtual Kokkos::View<const float*> output_f32() = 0;
+  virtual void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                            Kokkos::View<const float*> dy, bool sync) = 0;
+  virtual double mse_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                              Kokkos::View<const float*> target, double scale, bool sync) = 0;
+  virtual double ce_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                             Kokkos::View<const std::int32_t*> targets, double scale,
+                             bool sync) = 0;
+};
+
+template <class T>
+class FsdpCore final : public FsdpCoreBase {
+ public:
+  explicit FsdpCore(std::vector<std::unique_ptr<Layer<T>>> layers) : layers_(std::move(layers)) {
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (!layers_[i]) throw Error("FsdpModel layer " + std::to_string(i) + " is null", "a layer");
+      info_.push_back({layers_[i]->kind(), layers_[i]->in_features(),
+                       layers_[i]->out_features(), layers_[i]->param_specs(),
+                       layers_[i]->takes_token_ids()});
+    }
+  }
+
+  std::size_t size() const override { return layers_.size(); }
+  const LayerKindInfo& info(std::size_t i) const override { return info_.at(i); }
+
+  void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                        Kokkos::View<const float*> x, ActShape shape) override {
+    check_input(shape);
+    if (layers_[0]->takes_token_ids()) {
+      // Token ids stored as floats: validated and converted once here.
+      auto ids = window(ids_buf_, shape.rows(), "kshard.fsdp.ids");
+      token_ids_from<float>(x, std::int64_t(1) << 31, ids);  // range: Embedding checks
+      run_forward(g, o, {}, ids, shape);
+    } else if constexpr (std::is_same_v<T, float>) {
+      run_forward(g, o, x, {}, shape);
+    } else {
+      auto xt = window(input_buf_, std::int64_t(x.extent(0)), "kshard.fsdp.input");
+      cast_from_f32<T>(x, xt);
+      run_forward(g, o, xt, {}, shape);
+    }
+  }
+
+  void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                   Kokkos::View<const std::int32_t*> ids, ActShape shape) override {
+    check_input(shape);
+    if (!layers_[0]->takes_token_ids())
+      throw Error("FsdpModel::forward with token ids, but layer 0 is a " + layers_[0]->kind(),
+                  "a first layer that takes token ids (Embedding)");
+    run_forward(g, o, {}, ids, shape);
+  }
+
+  Kokkos::View<const float*> output_f32() override {
+    if constexpr (std::is_same_v<T, float>) {
+      return acts_.back();
+    } else {
+      auto out = window(out_f32_, std::int64_t(acts_.back().extent(0)), "kshard.fsdp.out_f32");
+      cast_to_f32<T>(acts_.back(), out);
+      return out;
+    }
+  }
+
+  void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                    Kokkos::View<const float*> dy, bool sync) override {
+    check_backward(dy.extent(0));
+    if constexpr (std::is_same_v<T, float>) {
+      run_backward(g, o, dy, sync);
+    } else {
+      auto d = window(dloss_, std::int64_t(dy.extent(0)), "kshard.fsdp.dloss");
+      cast_from_f32<T>(dy, d);
+      run_backward(g, o, d, sync);
+    }
+  }
+
+  double mse_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                      Kokkos::View<const float*> target, double scale, bool sync) override {
+    auto out = acts_.back();
+    auto d = window(dloss_, std::int64_t(out.extent(0)), "kshard.fsdp.dloss");
+    const double loss = mse_loss<T, float>(out, target, d, scale);
+    run_backward(g, o, d, sync);
+    return loss;
+  }
+
+  double ce_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                     Kokkos::View<const std::int32_t*> targets, double scale,
+                     bool sync) override {
+    // The gradient overwrites the logits: no second logits-sized buffer (the
+    // head's backward reads its input and dy, never its own output).
+    // The loss stays on the device until the backward pass is queued behind
+    // it, so the GPU never idles while the host waits for a number.
+    auto logits = acts_.back();
+    const ActShape& os = shapes_.back();
+    if (ce_result_.extent(0) == 0)
+      ce_result_ = Kokkos::View<double*>("kshard.fsdp.ce_result", 3);
+    cross_entropy_loss_async<T, std::int32_t>(logits, os.rows(), os.features, targets, logits,
+                                              scale, ce_result_);
+    run_backward(g, o, logits, sync);
+    return cross_entropy_result(ce_result_, os.rows(), os.features);
+  }
+
+ private:
+  void check_input(const ActShape& shape) const {
+    if (shape.features != layers_[0]->in_features())
+      throw Error("model input has " + std::to_string(shape.features) + " features",
+                  std::to_string(layers_[0]->in_features()) + " (the first layer's input)");
+  }
+  void check_backward(std::size_t n) const {
+    if (shapes_.size() != layers_.size() + 1)
+      throw Error("FsdpModel::backward before forward", "forward() first");
+    if (std::int64_t(n) != shapes_.back().numel())
+      throw Error("backward with a gradient of " + std::to_string(n) + " elements",
+                  std::to_string(shapes_.back().numel()) + " (the model output)");
+  }
+
+  static void ensure_unsharded(ShardedGroup& g) {
+    if (!g.is_unsharded()) g.finish_unshard();
+  }
+
+  void run_forward(std::vector<ShardedGroup>& g, const FsdpOptions& o, Kokkos::View<const T*> x,
+                   Kokkos::View<const std::int32_t*> ids, ActShape shape) {
+    const std::size_t n = layers_.size();
+    shapes_.assign(n + 1, shape);
+    acts_.resize(n + 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      shapes_[i + 1] = layers_[i]->output_shape(shapes_[i]);
+      const std::size_t out = std::size_t(shapes_[i + 1].numel());
+      if (acts_[i + 1].extent(0) != out)
+        acts_[i + 1] = Kokkos::View<T*>(Kokkos::view_alloc("layers." + std::to_string(i) + ".out",
+                                                           Kokkos::WithoutInitializing),
+                                        out);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      ensure_unsharded(g[i]);
+      if (o.prefetch && i + 1 < n) g[i + 1].start_unshard();
+      const auto params = g[i].params<T>();
+      if (i == 0 && ids.data() != nullptr)
+        layers_[0]->forward_tokens(ids, shapes_[0], params, acts_[1]);
+      else
+        layers_[i]->forward(i == 0 ? x : Kokkos::View<const T*>(acts_[i]), shapes_[i], params,
+                            acts_[i + 1]);
+      // The last unit is needed first by backward: keep it (as FSDP2 does).
+      if (o.reshard_after_forward && i + 1 < n) g[i].reshard();
+    }
+  }
+
+  void run_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o, Kokkos::View<const T*> dy,
+                    bool sync) {
+    const std::size_t n = layers_.size();
+    Kokkos::View<const T*> cur = dy;
+    bool use_a = true;
+    std::size_t reducing = n;  // unit whose reduce-scatter is in flight (n: none)
+    for (std::size_t k = n; k-- > 0;) {
+      ensure_unsharded(g[k]);
+      if (o.prefetch && k > 0) g[k - 1].start_unshard();
+      Kokkos::View<T*> dx = window(use_a ? dact_a_ : dact_b_, shapes_[k].numel(), "kshard.fsdp.dact");
+      layers_[k]->backward(cur, g[k].params<T>(), g[k].unsharded_grads(), dx);
+      layers_[k]->release();
+      if (sync) {
+        g[k].start_reduce_grads();
+        if (reducing < n) g[reducing].finish_reduce_grads();
+        reducing = k;
+      }
+      g[k].reshard();
+      cur = dx;
+      use_a = !use_a;
+    }
+    if (reducing < n) g[reducing].finish_reduce_grads();
+  }
+
+  std::vector<std::unique_ptr<Layer<T>>> layers_;
+  std::vector<LayerKindInfo> info_;
+  std::vector<ActShape> shapes_;          // input shape of each unit, and the output
+  std::vector<Kokkos::View<T*>> acts_;    // acts_[i]: input of unit i (acts_[0] unused)
+  Kokkos::View<T*> dact_a_, dact_b_, dloss_, input_buf_;
+  Kokkos::View<std::int32_t*> ids_buf_;
+  Kokkos::View<float*> out_f32_;
+  Kokkos::View<double*> ce_result_;
+};
+
+template <class T>
+std::unique_ptr<FsdpCoreBase> make_core(const std::vector<LayerDef>& defs) {
+  std::vector<std::unique_ptr<Layer<T>>> layers;
+  for (const auto& d : defs) layers.push_back(d.make<T>());
+  return std::make_unique<FsdpCore<T>>(std::move(layers));
+}
+
+}  // namespace detail
+
+FsdpModel::FsdpModel(const DeviceMesh& mesh, const std::vector<LayerDef>& layers, Recipe recipe,
+                     FsdpOptions options)
+    : mesh_(mesh), recipe_(std::move(recipe)), options_(options) {
+  if (layers.empty()) throw Error("FsdpModel with no layers", "at least one layer");
+  switch (recipe_.compute_dtype) {
+    case DType::f32: core_ = detail::make_core<float>(layers); break;
+    case DType::bf16: core_ = detail::make_core<bfloat16_t>(layers); break;
+    case DType::f16: core_ = detail::make_core<float16_t>(layers); break;
+    default:
+      throw Error(std::string("recipe compute dtype ") + dtype_name(recipe_.compute_dtype),
+                  "f32, bf16 or f16");
+  }
+  build_groups();
+}
+
+FsdpModel::FsdpModel(const DeviceMesh& mesh, std::vector<std::unique_ptr<Layer<float>>> layers,
+                     Recipe recipe, FsdpOptions options)
+    : mesh_(mesh), recipe_(std::move(recipe)), options_(options) {
+  if (layers.empty()) throw Error("FsdpModel with no layers", "at least one layer");
+  if (recipe_.compute_dtype != DType::f32)
+    throw Error("FsdpModel of Layer<float> objects with recipe '" + recipe_.name +
+                    "', which computes in " + dtype_name(recipe_.compute_dtype),
+                "LayerDefs (kshard::layer<...>(...)) so the model builds its layers in the "
+                "recipe's compute dtype");
+  core_ = std::make_unique<detail::FsdpCore<float>>(std::move(layers));
+  build_groups();
+}
+
+FsdpModel::~FsdpModel() = default;
+FsdpModel::FsdpModel(FsdpModel&&) noexcept = default;
+FsdpModel& FsdpModel::operator=(FsdpModel&&) noexcept = default;
+
+void FsdpModel::build_groups() {
+  stats_total_ = Kokkos::View<double*>("kshard.fsdp.grad_stats_total", 2);
+  for (std::size_t i = 0; i < core_->size(); ++i) {
+    const auto& li = core_->info(i);
+    if (i > 0 && li.in_features != core_->info(i - 1).out_features)
+      throw Error("layer " + std::to_string(i) + " (" + li.kind + ") takes " +
+                      std::to_string(li.in_features) + " features but layer " +
+                      std::to_string(i - 1) + " (" + core_->info(i - 1).kind + ") gives " +
+                      std::to_string(core_->info(i - 1).out_features),
+                  "consecutive layers with matching widths");
+    groups_.emplace_back("layers." + std::to_string(i), li.specs, mesh_, recipe_,
+                         options_.keep_low_precision_shard);
+  }
+}
+
+std::string FsdpModel::layer_kind(std::size_t i) const { return core_->info(i).kind; }
+
+void FsdpModel::init_parameters(std::uint64_t seed) {
+  for (auto& g : groups_) g.init_parameters(seed);
+}
+
+Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const float*> x, ActShape shape) {
+  core_->forward_features(groups_, options_, x, shape);
+  return core_->output_f32();
+}
+
+Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const std::int32_t*> ids,
+                                              ActShape shape) {
+  core_->forward_ids(groups_, options_, ids, shape);
+  return core_->output_f32();
+}
+
+void FsdpModel::backward(Kokkos::View<const float*> dy, bool sync) {
+  core_->backward_f32(groups_, options_, dy, sync);
+}
+
+double FsdpModel::forward_backward_mse(Kokkos::View<const float*> x, ActShape shape,
+                                       Kokkos::View<const float*> target, double grad_scale,
+                                       bool sync) {
+  core_->forward_features(groups_, options_, x, shape);
+  return core_->mse_backward(groups_, options_, target, grad_scale, sync);
+}
+
+double FsdpModel::forward_backward_ce(Kokkos::View<const float*> x, ActShape shape,
+                                      Kokkos::View<const std::int32_t*> targets,
+                                      double grad_scale, bool sync) {
+  core_->forward_features(groups_, options_, x, shape);
+  return core_->ce_backward(groups_, options_, targets, grad_scale, sync);
+}
+
+double FsdpModel::forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                                      Kokkos::View<const std::int32_t*> targets,
+                                      double grad_scale, bool sync) {
+  core_->forward_ids(groups_, options_, ids, shape);
+  return core_->ce_backward(groups_, options_, targets, grad_scale, sync);
+}
+
+void FsdpModel::zero_grad() {
+  for (auto& g : groups_) g.zero_grad();
+}
+
+GradShardStats FsdpModel::local_grad_stats() const {
+  // The groups' statistics are summed on the device, in stream order, and come
+  // to the host in ONE copy: the step's only wait for the backward pass.
+  Kokkos::View<double*> total = stats_total_;
+  fill<double>(total, 0.0);
+  for (const auto& g : groups_) {
+    (void)g.grad();  // a shard still pending zero (no reduction since zero_grad) is zeroed now
+    Kokkos::View<const double*> s = g.grad_stats_device();
+    Kokkos::parallel_for(
+        "kshard::fsdp_sum_grad_stats", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) {
+          total(0) += s(0);
+          total(1) += s(1);
+        });
+  }
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), total);
+  return GradShardStats{h(0), std::int64_t(h(1))};
+}
+
+void FsdpModel::after_optimizer_step() {
+  for (auto& g : groups_)
+    if (!g.model_param().data) g.refresh_low_precision();
+}
+
+std::int64_t FsdpModel::num_parameters() const {
+  std::int64_t n = 0;
+  for (const auto& g : groups_) n += g.index().param_numel();
+  return n;
+}
+
+std::size_t FsdpModel::persistent_bytes() const {
+  std::size_t b = 0;
+  for (const auto& g : groups_) b += g.persistent_bytes();
+  return b;
+}
+
+std::size_t FsdpModel::max_unit_bytes() const {
+  std::size_t b = 0;
+  for (const auto& g : groups_) b = std::max(b, g.unsharded_bytes());
+  return b;
+}
+
+std::vector<std::vector<float>> FsdpModel::gather_master_parameters() const {
+  std::vector<std::vector<float>> out;
+  for (const auto& g : groups_) out.push_back(g.gather_master());
+  return out;
+}
+
+}  // namespace kshard

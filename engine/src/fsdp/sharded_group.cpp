@@ -1,0 +1,226 @@
+#include "kshard/engine/fsdp/sharded_group.hpp"
+
+#include "kshard/engine/kernels/cast.hpp"
+#include "kshard/engine/nn/init.hpp"
+#include "kshard/error.hpp"
+#include "wire_format.hpp"
+
+#include <algorithm>
+
+namespace kshard {
+namespace {
+
+Kokkos::View<float*> alloc_f32(const std::string& label, std::size_t n, bool zero) {
+  if (zero) return Kokkos::View<float*>(label, n);
+  return Kokkos::View<float*>(Kokkos::view_alloc(label, Kokkos::WithoutInitializing), n);
+}
+
+}  // namespace
+
+ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs,
+                           const DeviceMesh& mesh, Recipe recipe, bool keep_low_precision_shard)
+    : name_(std::move(name)),
+      recipe_(std::move(recipe)),
+      index_(specs, mesh.shard_size(), ParamIndex::default_align, recipe_.fp8_block),
+      shard_comm_(mesh.shard_comm()),
+      replicate_comm_(mesh.replicate_comm()),
+      shard_rank_(mesh.shard_comm().rank()) {
+  const std::size_t shard = std::size_t(index_.shard_numel());
+  master_ = alloc_f32(name_ + ".master", shard, true);
+  grad_ = alloc_f32(name_ + ".grad", shard, true);
+  grad_stats_ = Kokkos::View<double*>(name_ + ".grad_stats", 2);
+  detail::WireFormat wire = detail::make_wire_format(context(), keep_low_precision_shard);
+  gather_wire_ = std::move(wire.gather);
+  reduce_wire_ = std::move(wire.reduce);
+  refresh_low_precision();
+}
+
+ShardedGroup::ShardedGroup(ShardedGroup&&) = default;
+ShardedGroup::~ShardedGroup() = default;
+
+detail::ShardContext ShardedGroup::context() const {
+  return {name_, index_, recipe_, shard_comm_, replicate_comm_, master_, grad_, grad_stats_};
+}
+
+void ShardedGroup::init_parameters(std::uint64_t seed) {
+  const std::int64_t first = index_.shard_range(shard_rank_).first;
+  for (std::size_t i = 0; i < index_.size(); ++i) {
+    const ParamEntry& e = index_.entry(i);
+    for (const auto& p : index_.pieces_in_shard(i, shard_rank_)) {
+      auto dst = Kokkos::subview(master_, std::make_pair(p.flat_begin - first,
+                                                         p.flat_begin - first + p.count));
+      fill_init<float>(dst, e.init, seed, name_ + "." + e.name, p.param_begin);
+    }
+  }
+  refresh_low_precision();
+}
+
+void ShardedGroup::set_full_parameters(Kokkos::View<const float*> flat) {
+  if (std::int64_t(flat.extent(0)) != index_.flat_numel())
+    throw Error("set_full_parameters of '" + name_ + "' with " + std::to_string(flat.extent(0)) +
+                    " elements",
+                std::to_string(index_.flat_numel()) + " (the padded flat buffer)");
+  const auto [b, e] = index_.shard_range(shard_rank_);
+  Kokkos::deep_copy(master_, Kokkos::subview(flat, std::make_pair(b, e)));
+  refresh_low_precision();
+}
+
+LowPrecisionShard ShardedGroup::model_param() const noexcept {
+  return gather_wire_->model_param();
+}
+
+void ShardedGroup::refresh_low_precision() { gather_wire_->refresh(context()); }
+
+void ShardedGroup::start_unshard() {
+  if (unsharded_ || gather_started_) return;
+  gather_req_ = gather_wire_->start(context(), compute_);
+  gather_started_ = true;
+}
+
+void ShardedGroup::finish_unshard() {
+  if (unsharded_) return;
+  if (!gather_started_) start_unshard();
+  // The compute stream waits for the gather; the host does not, so the
+  // kernels queued before (the previous unit's compute) keep the GPU busy.
+  gather_req_.wait_on_device();
+  gather_started_ = false;
+  gather_wire_->finish(context(), compute_);
+  unsharded_ = true;
+}
+
+void ShardedGroup::check_compute_type(DType t, const char* what) const {
+  if (!unsharded_)
+    throw Error(std::string(what) + " of group '" + name_ + "' while it is sharded",
+                "unshard() (or finish_unshard()) first");
+  if (t != recipe_.compute_dtype)
+    throw Error(std::string(what) + "<" + dtype_name(t) + "> of group '" + name_ + "'",
+                std::string("the recipe's compute dtype ") + dtype_name(recipe_.compute_dtype));
+}
+
+template <class T>
+std::vector<Kokkos::View<const T*>> ShardedGroup::params() const {
+  check_compute_type(dtype_of<T>::value, "params");
+  std::vector<Kokkos::View<const T*>> v;
+  for (const ParamEntry& e : index_.entries())
+    v.push_back(compute_.view<const T>(std::size_t(e.numel), std::size_t(e.offset) * sizeof(T)));
+  return v;
+}
+
+template <class T>
+Kokkos::View<const T*> ShardedGroup::flat_params() const {
+  check_compute_type(dtype_of<T>::value, "flat_params");
+  return compute_.view<const T>(std::size_t(index_.flat_numel()));
+}
+
+Kokkos::View<float*> ShardedGroup::flat_params_f32() const {
+  const std::size_t flat = std::size_t(index_.flat_numel());
+  Kokkos::View<float*> out(Kokkos::view_alloc(name_ + ".params_f32", Kokkos::WithoutInitializing),
+                           flat);
+  switch (recipe_.compute_dtype) {
+    case DType::f32:
+      Kokkos::deep_copy(out, flat_params<float>());
+      break;
+    case DType::bf16:
+      cast_to_f32<bfloat16_t>(flat_params<bfloat16_t>(), out);
+      break;
+    default:
+      cast_to_f32<float16_t>(flat_params<float16_t>(), out);
+  }
+  return out;
+}
+
+template std::vector<Kokkos::View<const float*>> ShardedGroup::params<float>() const;
+template std::vector<Kokkos::View<const bfloat16_t*>> ShardedGroup::params<bfloat16_t>() const;
+template std::vector<Kokkos::View<const float16_t*>> ShardedGroup::params<float16_t>() const;
+template Kokkos::View<const float*> ShardedGroup::flat_params<float>() const;
+template Kokkos::View<const bfloat16_t*> ShardedGroup::flat_params<bfloat16_t>() const;
+template Kokkos::View<const float16_t*> ShardedGroup::flat_params<float16_t>() const;
+
+void ShardedGroup::reshard() {
+  if (gather_started_) finish_unshard();  // a collective in flight must complete first
+  compute_.reset();
+  unsharded_ = false;
+}
+
+const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
+  if (!grad_full_) {
+    const std::size_t flat = std::size_t(index_.flat_numel());
+    grad_full_ = memory::acquire(4 * flat, (name_ + ".grad_full").c_str());
+    fill<float>(grad_full_.view<float>(flat), 0.0f);
+    grad_views_.clear();
+    for (const ParamEntry& e : index_.entries())
+      grad_views_.push_back(
+          grad_full_.view<float>(std::size_t(e.numel), 4 * std::size_t(e.offset)));
+  }
+  return grad_views_;
+}
+
+void ShardedGroup::start_reduce_grads() {
+  if (reduce_started_) return;
+  unsharded_grads();  // a rank with nothing to add still takes part, with zeros
+  // A shard zeroed by zero_grad() is written, not added to.
+  reduce_write_ = grad_zero_pending_ ? GradWrite::assign : GradWrite::add;
+  grad_zero_pending_ = false;
+  reduce_req_ = reduce_wire_->start(context(), grad_full_, reduce_write_);
+  if (!reduce_wire_->reads_full_until_finish()) {
+    grad_views_.clear();
+    grad_full_.reset();
+  }
+  reduce_started_ = true;
+}
+
+void ShardedGroup::finish_reduce_grads() {
+  if (!reduce_started_) start_reduce_grads();
+  // Device-side waits only: the reduction overlaps the backward kernels queued
+  // after it started, and nothing here blocks the host.
+  reduce_req_.wait_on_device();
+  reduce_started_ = false;
+  // (HSDP) average over the replicas, then accumulate into the shard,
+  // computing the optimizer's statistics on the way (into grad_stats_, on the
+  // device).
+  reduce_wire_->finish(context(), grad_full_, reduce_write_);
+  // Back to the pool with the accumulation still queued: safe, because every
+  // later user of the block is ordered after it.
+  grad_views_.clear();
+  grad_full_.reset();
+}
+
+Kokkos::View<float*> ShardedGroup::grad() const {
+  if (grad_zero_pending_) {
+    fill<float>(grad_, 0.0f);
+    grad_zero_pending_ = false;
+  }
+  return grad_;
+}
+
+GradShardStats ShardedGroup::grad_stats() const {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grad_stats_);
+  return GradShardStats{h(0), std::int64_t(h(1))};
+}
+
+std::vector<float> ShardedGroup::gather_master() const {
+  Kokkos::View<float*> full(Kokkos::view_alloc(name_ + ".gather_master", Kokkos::WithoutInitializing),
+                            std::size_t(index_.flat_numel()));
+  shard_comm_.all_gather(master_, full);
+  std::int64_t end = 0;
+  for (const auto& e : index_.entries()) end = std::max(end, e.offset + e.numel);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
+  return std::vector<float>(h.data(), h.data() + end);
+}
+
+void ShardedGroup::zero_grad() {
+  grad_zero_pending_ = true;  // the next reduction writes the shard (no fill now)
+  fill<double>(grad_stats_, 0.0);
+}
+
+std::size_t ShardedGroup::persistent_bytes() const noexcept {
+  return master_.span() * 4 + grad_.span() * 4 + gather_wire_->persistent_bytes();
+}
+
+std::size_t ShardedGroup::unsharded_bytes() const noexcept {
+  const std::size_t flat = std::size_t(index_.flat_numel());
+  const std::size_t compute = dtype_size(recipe_.compute_dtype) * flat;
+  return compute + gather_wire_->gather_bytes(context());
+}
+
+}  // namespace kshard

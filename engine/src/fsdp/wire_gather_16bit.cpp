@@ -1,0 +1,68 @@
+// The 16-bit gather (recipes bf16 and fp16): the master shards travel cast to
+// bf16/f16, and the gathered buffer IS the compute buffer (the layers compute
+// on the gathered values as they are, no upcast copy).
+//
+// What is sent: the low-precision shard kept between steps when the group was
+// asked to keep one (written by the optimizer's update kernel, so an unshard
+// needs no cast pass), or, FSDP2's way and the default, the master cast into a
+// pool block at each unshard.
+#include "wire_format.hpp"
+
+namespace kshard::detail {
+namespace {
+
+template <class T>
+class Gather16 final : public GatherWire {
+ public:
+  Gather16(const ShardContext& c, bool keep_shard) {
+    if (keep_shard)
+      kept_ = Kokkos::View<std::uint8_t*>(
+          Kokkos::view_alloc(c.name + ".shard_lp", Kokkos::WithoutInitializing), 2 * c.shard());
+  }
+
+  void refresh(const ShardContext& c) override {
+    if (kept_.data()) cast_from_f32<T>(c.master, typed<T>(kept_, 0, c.shard()));
+  }
+  LowPrecisionShard model_param() const override {
+    // A raw view: the group outlives the optimizer's use of it (the Trainer
+    // owns both; the optimizer is destroyed first).
+    if (!kept_.data()) return {};
+    return LowPrecisionShard::raw(dtype_of<T>::value, kept_.data(), kept_.span() / 2);
+  }
+  std::size_t persistent_bytes() const override { return kept_.span(); }
+
+  Request start(const ShardContext& c, memory::Block& compute) override {
+    const std::size_t shard = c.shard(), flat = c.flat();
+    compute = memory::acquire(2 * flat, (c.name + ".full").c_str());
+    Kokkos::View<const T*> src;
+    if (kept_.data()) {
+      src = typed<T>(kept_, 0, shard);
+    } else if (c.shard_comm.size() == 1) {
+      // One rank per shard: the all-gather would only copy the cast shard;
+      // cast into the compute buffer instead (one pass, no send block); the
+      // request is a completed one.
+      cast_from_f32<T>(c.master, compute.view<T>(flat));
+      return Request();
+    } else {
+      send_ = memory::acquire(2 * shard, (c.name + ".send_lp").c_str());
+      cast_from_f32<T>(c.master, send_.view<T>(shard));
+      src = send_.view<T>(shard);
+    }
+    return c.shard_comm.all_gather_async(src, compute.view<T>(flat));
+  }
+  void finish(const ShardContext&, memory::Block&) override { send_.reset(); }
+
+ private:
+  Kokkos::View<std::uint8_t*> kept_;  // the kept bf16/f16 shard, if any
+  memory::Block send_;                // the cast master while a gather is in flight
+};
+
+}  // namespace
+
+std::unique_ptr<GatherWire> make_16bit_gather(const ShardContext& c, bool keep_low_precision_shard) {
+  if (c.recipe.gather_dtype == DType::bf16)
+    return std::make_unique<Gather16<bfloat16_t>>(c, keep_low_precision_shard);
+  return std::make_unique<Gather16<float16_t>>(c, keep_low_precision_shard);
+}
+
+}  // namespace kshard::detail

@@ -1,0 +1,24 @@
+// The f32 gather (recipe fp32): the master shards travel as they are, and the
+// gathered buffer IS the compute buffer (every parameter a View into it).
+#include "wire_format.hpp"
+
+namespace kshard::detail {
+namespace {
+
+class F32Gather final : public GatherWire {
+ public:
+  void refresh(const ShardContext&) override {}  // the master is what is sent
+  std::size_t persistent_bytes() const override { return 0; }
+
+  Request start(const ShardContext& c, memory::Block& compute) override {
+    compute = memory::acquire(4 * c.flat(), (c.name + ".full").c_str());
+    return c.shard_comm.all_gather_async(c.master, compute.view<float>(c.flat()));
+  }
+  void finish(const ShardContext&, memory::Block&) override {}
+};
+
+}  // namespace
+
+std::unique_ptr<GatherWire> make_f32_gather() { return std::make_unique<F32Gather>(); }
+
+}  // namespace kshard::detail

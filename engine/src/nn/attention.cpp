@@ -1,0 +1,315 @@
+#include "kshard/engine/nn/attention.hpp"
+#include "kshard/compat/for_each.hpp"
+#include "kshard/compat/kokkos.hpp"
+
+#include <cmath>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "kshard/engine/kernels/flash_attention.hpp"
+#include "kshard/engine/kernels/gemm.hpp"
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+namespace detail {
+namespace {
+
+// One GEMM per (batch b, head h): matrix (b, h) of X starts at X + b*sbX + h*shX.
+// A (b, h) grid is not one strided batch, so loop over the shorter axis and
+// batch over the longer one.
+template <class T>
+void gemm_batch_heads(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                      accum_t<T> alpha, const T* a, std::int64_t lda, std::int64_t sba,
+                      std::int64_t sha, const T* b, std::int64_t ldb, std::int64_t sbb,
+                      std::int64_t shb, accum_t<T> beta,
+                      T* c, std::int64_t ldc, std::int64_t sbc, std::int64_t shc,
+                      std::int64_t batch, std::int64_t heads) {
+  if (batch <= heads) {
+    for (std::int64_t i = 0; i < batch; ++i)
+      gemm_strided_batched<T>(ta, tb, m, n, k, alpha, a + i * sba, lda, sha, b + i * sbb, ldb, shb,
+                              beta, c + i * sbc, ldc, shc, heads);
+  } else {
+    for (std::int64_t h = 0; h < heads; ++h)
+      gemm_strided_batched<T>(ta, tb, m, n, k, alpha, a + h * sha, lda, sba, b + h * shb, ldb, sbb,
+                              beta, c + h * shc, ldc, sbc, batch);
+  }
+}
+
+}  // namespace
+
+using Team = Kokkos::TeamPolicy<>::member_type;
+
+// In place on prob: scaled scores -> causal softmax, one team per row; the
+// statistics in accum_t<T>, the probabilities stored as T.
+template <class T>
+void causal_softmax_rows(Kokkos::View<T*> prob, std::int64_t nrows, std::int64_t seq) {
+  using A = accum_t<T>;
+  Kokkos::parallel_for(
+      "kshard::causal_softmax", compat::row_team_policy(nrows),
+      KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t n = r % seq + 1;  // query position i sees keys 0..i
+        T* p = prob.data() + r * seq;
+        A mx = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](std::int64_t j, A& m) {
+              const A v = to_accum(p[j]);
+              if (v > m) m = v;
+            },
+            Kokkos::Max<A>(mx));
+        A sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](std::int64_t j, A& s) { s += compat::exp(to_accum(p[j]) - mx); }, sum);
+        const A inv = A(1) / sum;
+        // exp is recomputed rather than stored before the sum, so 16-bit T
+        // rounds each probability once.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](std::int64_t j) {
+          p[j] = j < n ? from_accum<T>(compat::exp(to_accum(p[j]) - mx) * inv) : from_accum<T>(A(0));
+        });
+      });
+}
+
+// In place on dprob: dP -> dS = P * (dP - sum_j P_j dP_j), zero where masked.
+template <class T>
+void causal_softmax_backward_rows(Kokkos::View<const T*> prob, Kokkos::View<T*> dprob,
+                                  std::int64_t nrows, std::int64_t seq) {
+  using A = accum_t<T>;
+  Kokkos::parallel_for(
+      "kshard::causal_softmax_backward",
+      compat::row_team_policy(nrows),
+      KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t n = r % seq + 1;
+        const T* p = prob.data() + r * seq;
+        T* dp = dprob.data() + r * seq;
+        A dot = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](std::int64_t j, A& s) { s += to_accum(p[j]) * to_accum(dp[j]); }, dot);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](std::int64_t j) {
+          dp[j] = j < n ? from_accum<T>(to_accum(p[j]) * (to_accum(dp[j]) - dot))
+                        : from_accum<T>(A(0));
+        });
+      });
+}
+
+template <class T>
+void causal_attention_probs(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                            std::int64_t batch, std::int64_t seq, std::int64_t d,
+                            std::int64_t heads) {
+  using A = accum_t<T>;
+  const std::int64_t hd = d / heads, ld = 3 * d, ss = seq * seq;
+  const A scale = A(1) / std::sqrt(static_cast<A>(hd));
+  const T* q = qkv.data();
+  const T* k = q + d;
+  // scores[b, h] = scale * Q_bh K_bh^T   ([seq, hd] x [hd, seq])
+  gemm_batch_heads<T>(Trans::N, Trans::T, seq, seq, hd, scale, q, ld, seq * ld, hd, k, ld,
+                      seq * ld, hd, A(0), prob.data(), seq, heads * ss, ss, batch, heads);
+  causal_softmax_rows<T>(prob, batch * heads * seq, seq);
+}
+
+template <class T>
+void causal_attention_forward(Kokkos::View<const T*> qkv, Kokkos::View<T*> prob,
+                              Kokkos::View<T*> ctx, std::int64_t batch, std::int64_t seq,
+                              std::int64_t d, std::int64_t heads) {
+  using A = accum_t<T>;
+  const std::int64_t hd = d / heads, ld = 3 * d, ss = seq * seq;
+  const T* v = qkv.data() + 2 * d;
+  causal_attention_probs<T>(qkv, prob, batch, seq, d, heads);
+  // ctx[b, :, h] = P_bh V_bh   ([seq, seq] x [seq, hd]), heads side by side in ctx rows
+  gemm_batch_heads<T>(Trans::N, Trans::N, seq, hd, seq, A(1), prob.data(), seq, heads * ss, ss, v,
+                      ld, seq * ld, hd, A(0), ctx.data(), d, seq * d, hd, batch, heads);
+}
+
+template <class T>
+void causal_attention_backward(Kokkos::View<const T*> qkv, Kokkos::View<const T*> prob,
+                               Kokkos::View<const T*> dctx, Kokkos::View<T*> dprob,
+                               Kokkos::View<T*> dqkv, std::int64_t batch, std::int64_t seq,
+                               std::int64_t d, std::int64_t heads) {
+  using A = accum_t<T>;
+  const std::int64_t hd = d / heads, ld = 3 * d, ss = seq * seq;
+  const A scale = A(1) / std::sqrt(static_cast<A>(hd));
+  const T* q = qkv.data();
+  const T* k = q + d;
+  const T* v = q + 2 * d;
+  const T* p = prob.data();
+  const T* dc = dctx.data();
+  T* dq = dqkv.data();
+  T* dk = dq + d;
+  T* dv = dq + 2 * d;
+  // dP = dctx V^T
+  gemm_batch_heads<T>(Trans::N, Trans::T, seq, seq, hd, A(1), dc, d, seq * d, hd, v, ld, seq * ld,
+                      hd, A(0), dprob.data(), seq, heads * ss, ss, batch, heads);
+  // dV = P^T dctx
+  gemm_batch_heads<T>(Trans::T, Trans::N, seq, hd, seq, A(1), p, seq, heads * ss, ss, dc, d,
+                      seq * d, hd, A(0), dv, ld, seq * ld, hd, batch, heads);
+  causal_softmax_backward_rows<T>(prob, dprob, batch * heads * seq, seq);
+  const T* ds = dprob.data();
+  // dQ = scale * dS K ; dK = scale * dS^T Q
+  gemm_batch_heads<T>(Trans::N, Trans::N, seq, hd, seq, scale, ds, seq, heads * ss, ss, k, ld,
+                      seq * ld, hd, A(0), dq, ld, seq * ld, hd, batch, heads);
+  gemm_batch_heads<T>(Trans::T, Trans::N, seq, hd, seq, scale, ds, seq, heads * ss, ss, q, ld,
+                      seq * ld, hd, A(0), dk, ld, seq * ld, hd, batch, heads);
+}
+
+#define KSHARD_ATTN_INSTANTIATE(T)                                                              \
+  template void causal_softmax_rows<T>(Kokkos::View<T*>, std::int64_t, std::int64_t);          \
+  template void causal_softmax_backward_rows<T>(Kokkos::View<const T*>, Kokkos::View<T*>,      \
+                                                std::int64_t, std::int64_t);                   \
+  template void causal_attention_probs<T>(Kokkos::View<const T*>, Kokkos::View<T*>,            \
+                                          std::int64_t, std::int64_t, std::int64_t,            \
+                                          std::int64_t);                                       \
+  template void causal_attention_forward<T>(Kokkos::View<const T*>, Kokkos::View<T*>,          \
+                                            Kokkos::View<T*>, std::int64_t, std::int64_t,      \
+                                            std::int64_t, std::int64_t);                       \
+  template void causal_attention_backward<T>(                                                  \
+      Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<T*>, \
+      Kokkos::View<T*>, std::int64_t, std::int64_t, std::int64_t, std::int64_t);
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_ATTN_INSTANTIATE)
+#undef KSHARD_ATTN_INSTANTIATE
+
+}  // namespace detail
+
+namespace {
+std::atomic<int> g_impl{-1};  // -1: not decided yet (read the environment)
+}  // namespace
+
+void set_attention_impl(AttentionImpl impl) noexcept { g_impl = int(impl); }
+AttentionImpl attention_impl() noexcept {
+  int v = g_impl.load();
+  if (v < 0) {
+    const char* e = std::getenv("KSHARD_ATTENTION");
+    AttentionImpl a = AttentionImpl::automatic;
+    if (e && std::strcmp(e, "unfused") == 0) a = AttentionImpl::unfused;
+    if (e && std::strcmp(e, "fused") == 0) a = AttentionImpl::fused;
+    if (e && std::strcmp(e, "recompute") == 0) a = AttentionImpl::recompute;
+    v = int(a);
+    g_impl = v;
+  }
+  return AttentionImpl(v);
+}
+
+template <class T>
+AttentionImpl resolved_attention_impl() noexcept {
+  const AttentionImpl a = attention_impl();
+  if (a != AttentionImpl::automatic) return a;
+#if defined(KOKKOS_ENABLE_CUDA)
+  // f32/f64 on CUDA: cuBLAS products (the portable fused kernel has no tensor
+  // cores), without keeping [B, H, T, T] per layer alive until backward.
+  return is_low_precision_v<T> ? AttentionImpl::fused : AttentionImpl::recompute;
+#else
+  return AttentionImpl::fused;
+#endif
+}
+
+template <class T>
+bool uses_fused_attention() noexcept {
+  return resolved_attention_impl<T>() == AttentionImpl::fused;
+}
+#define KSHARD_USES_FUSED(T)                                          \
+  template bool uses_fused_attention<T>() noexcept;                  \
+  template AttentionImpl resolved_attention_impl<T>() noexcept;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_USES_FUSED)
+#undef KSHARD_USES_FUSED
+
+namespace {
+std::int64_t checked_d_model(std::int64_t d, std::int64_t heads) {
+  if (d <= 0 || heads <= 0 || d % heads != 0)
+    throw Error("CausalSelfAttention(d_model=" + std::to_string(d) +
+                    ", heads=" + std::to_string(heads) + ")",
+                "d_model > 0, heads > 0 and d_model divisible by heads");
+  return d;
+}
+}  // namespace
+
+template <class T>
+CausalSelfAttention<T>::CausalSelfAttention(std::int64_t d_model, std::int64_t heads)
+    : d_(checked_d_model(d_model, heads)), heads_(heads), qkv_proj_(d_model, 3 * d_model),
+      out_proj_(d_model, d_model) {}
+
+template <class T>
+std::vector<ParamSpec> CausalSelfAttention<T>::param_specs() const {
+  std::vector<ParamSpec> s;
+  detail::append_prefixed(s, "qkv.", qkv_proj_.param_specs());
+  detail::append_prefixed(s, "proj.", out_proj_.param_specs());
+  return s;
+}
+
+template <class T>
+void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
+                                     const ConstViews& params, Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  path_ = resolved_attention_impl<T>();
+  detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
+  detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
+  qkv_proj_.forward(x, shape, detail::slice(params, 0, 2), qkv_);
+  const std::int64_t probs = shape.batch * heads_ * shape.seq * shape.seq;
+  if (path_ == AttentionImpl::fused) {
+    prob_ = {};
+    detail::ensure_size(lse_, flash_attention_rows(shape.batch, shape.seq, heads_),
+                        "kshard::CausalSelfAttention::lse");
+    flash_attention_forward<T>(qkv_, ctx_, lse_, shape.batch, shape.seq, d_, heads_);
+  } else if (path_ == AttentionImpl::recompute) {
+    // The probabilities live in a pool block for this forward only; backward
+    // computes them again (bitwise the same: same kernels, same inputs).
+    prob_ = {};
+    lse_ = {};
+    auto p = detail::scratch<T>(probs, "kshard::CausalSelfAttention::prob_tmp");
+    detail::causal_attention_forward<T>(qkv_, p.view, ctx_, shape.batch, shape.seq, d_, heads_);
+  } else {
+    lse_ = {};
+    detail::ensure_size(prob_, probs, "kshard::CausalSelfAttention::prob");
+    detail::causal_attention_forward<T>(qkv_, prob_, ctx_, shape.batch, shape.seq, d_, heads_);
+  }
+  out_proj_.forward(ctx_, shape, detail::slice(params, 2, 2), y);
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                                      const GradViews& grads, Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
+  const std::int64_t rows = shape_.rows();
+  auto dctx = detail::scratch<T>(rows * d_, "kshard::CausalSelfAttention::dctx");
+  auto dqkv = detail::scratch<T>(rows * 3 * d_, "kshard::CausalSelfAttention::dqkv");
+  out_proj_.backward(dy, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dctx.view);
+  if (path_ == AttentionImpl::fused) {
+    auto delta = detail::scratch<accum_t<T>>(static_cast<std::int64_t>(lse_.extent(0)),
+                                             "kshard::CausalSelfAttention::delta");
+    flash_attention_backward<T>(qkv_, ctx_, dctx.view, lse_, dqkv.view, shape_.batch,
+                                shape_.seq, d_, heads_, delta.view);
+  } else if (path_ == AttentionImpl::recompute) {
+    const std::int64_t probs = shape_.batch * heads_ * shape_.seq * shape_.seq;
+    auto p = detail::scratch<T>(probs, "kshard::CausalSelfAttention::prob_tmp");
+    detail::causal_attention_probs<T>(qkv_, p.view, shape_.batch, shape_.seq, d_, heads_);
+    auto dprob = detail::scratch<T>(probs, "kshard::CausalSelfAttention::dprob");
+    detail::causal_attention_backward<T>(qkv_, p.view, dctx.view, dprob.view, dqkv.view,
+                                         shape_.batch, shape_.seq, d_, heads_);
+  } else {
+    auto dprob = detail::scratch<T>(static_cast<std::int64_t>(prob_.extent(0)),
+                                    "kshard::CausalSelfAttention::dprob");
+    detail::causal_attention_backward<T>(qkv_, prob_, dctx.view, dprob.view, dqkv.view,
+                                         shape_.batch, shape_.seq, d_, heads_);
+  }
+  qkv_proj_.backward(dqkv.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+}
+
+template <class T>
+void CausalSelfAttention<T>::release() {
+  qkv_proj_.release();
+  out_proj_.release();
+  saved_ = false;
+}
+
+#define KSHARD_INSTANTIATE_LAYER(T) template class CausalSelfAttention<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
+
+}  // namespace kshard

@@ -1,0 +1,251 @@
+#include "kshard/engine/nn/embedding.hpp"
+#include "kshard/engine/kernels/cast.hpp"
+#include "kshard/compat/for_each.hpp"
+#include "kshard/compat/kokkos.hpp"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+namespace detail::embedding {
+
+template <class T>
+void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weight,
+             Kokkos::View<const T*> position, bool use_position, Kokkos::View<T*> y,
+             std::int64_t rows, std::int64_t seq, std::int64_t d) {
+  compat::for_each_row(
+      "kshard::embedding_forward", rows, d, KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
+        const std::int64_t i = r * d + c;
+        const std::int64_t id = ids(r);
+        if (use_position)
+          y(i) = from_accum<T>(to_accum(weight(id * d + c)) +
+                               to_accum(position((r % seq) * d + c)));
+        else
+          y(i) = weight(id * d + c);
+      });
+}
+
+template <class T>
+void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
+              Kokkos::View<accum_t<T>*> dweight, Kokkos::View<accum_t<T>*> dposition,
+              bool use_position, std::int64_t batch, std::int64_t seq, std::int64_t d,
+              std::int64_t vocab) {
+  using A = accum_t<T>;
+  // The weight gradient is deterministic: each token id's rows are summed in
+  // row order, not with float atomics (whose order varies from run to run on
+  // a GPU), so a step is bitwise repeatable and a resumed run retraces the
+  // uninterrupted one. Rows are bucketed by id with integer atomics (exact),
+  // each bucket is put in row order (a row's place is the number of rows of
+  // its bucket before it: O(bucket^2) work, small for real text), then each
+  // bucket's rows are summed by one team. No host synchronisation, and the
+  // workspaces are pool blocks: nothing is allocated in a steady-state step.
+  const std::int64_t rows = batch * seq;
+  using I = std::int32_t;
+  auto offsets_s = detail::scratch<I>(vocab + 1, "kshard::Embedding::offsets");
+  auto cursor_s = detail::scratch<I>(vocab, "kshard::Embedding::cursor");
+  auto slots_s = detail::scratch<I>(rows, "kshard::Embedding::slots");
+  auto order_s = detail::scratch<I>(rows, "kshard::Embedding::order");
+  auto offsets = offsets_s.view;
+  auto cursor = cursor_s.view;
+  auto slots = slots_s.view;
+  auto order = order_s.view;
+  compat::for_each_index(
+      "kshard::embedding_zero_counts", vocab + 1, KOKKOS_LAMBDA(std::int64_t v) {
+        offsets(v) = 0;
+        if (v < vocab) cursor(v) = 0;
+      });
+  compat::for_each_index(
+      "kshard::embedding_count_ids", rows,
+      KOKKOS_LAMBDA(std::int64_t r) { Kokkos::atomic_add(&offsets(ids(r)), I(1)); });
+  // Exclusive scan of the counts, in place: offsets(v) = rows with id < v,
+  // offsets(vocab) = rows. (Each i reads its count before writing it.)
+  Kokkos::parallel_scan(
+      "kshard::embedding_bucket_offsets", Kokkos::RangePolicy<>(0, vocab + 1),
+      KOKKOS_LAMBDA(std::int64_t v, I& update, bool final) {
+        const I c = offsets(v);
+        if (final) offsets(v) = update;
+        update += c;
+      });
+  compat::for_each_index(
+      "kshard::embedding_fill_buckets", rows, KOKKOS_LAMBDA(std::int64_t r) {
+        const I id = ids(r);
+        slots(offsets(id) + Kokkos::atomic_fetch_add(&cursor(id), I(1))) = I(r);
+      });
+  compat::for_each_index(
+      "kshard::embedding_order_buckets", rows, KOKKOS_LAMBDA(std::int64_t p) {
+        const I r = slots(p);
+        const I id = ids(r);
+        const I lo = offsets(id), hi = offsets(id + 1);
+        I before = 0;
+        for (I q = lo; q < hi; ++q) before += slots(q) < r ? 1 : 0;
+        order(lo + before) = r;
+      });
+  compat::for_each_row(
+      "kshard::embedding_backward_weight", rows, d,
+      KOKKOS_LAMBDA(std::int64_t p, std::int64_t c) {
+        const I id = ids(order(p));
+        const I lo = offsets(id);
+        if (p != lo) return;  // one team per bucket: the one at its first place
+        const I hi = offsets(id + 1);
+        A s = 0;
+        for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
+        dweight(std::int64_t(id) * d + c) += s;
+      });
+  if (!use_position) return;
+  Kokkos::parallel_for(
+      "kshard::embedding_backward_position", Kokkos::RangePolicy<>(0, seq * d),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        A s = 0;
+        for (std::int64_t b = 0; b < batch; ++b) s += to_accum(dy(b * seq * d + i));
+        dposition(i) += s;
+      });
+}
+
+std::int64_t count_bad_ids(Kokkos::View<const std::int32_t*> ids, std::int64_t vocab) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "kshard::embedding_check_ids",
+      Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(ids.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
+        b += (ids(r) >= 0 && ids(r) < vocab) ? 0 : 1;
+      },
+      bad);
+  return bad;
+}
+
+}  // namespace detail::embedding
+
+namespace {
+void check_ids(std::int64_t bad, std::int64_t vocab) {
+  if (bad != 0)
+    throw Error("Embedding::forward: " + std::to_string(bad) +
+                    " token ids are not integers in [0, " + std::to_string(vocab) + ")",
+                "every id an integer in [0, vocab)");
+}
+void check_seq(const ActShape& shape, std::int64_t max_seq) {
+  if (max_seq > 0 && shape.seq > max_seq)
+    throw Error("Embedding::forward: seq=" + std::to_string(shape.seq),
+                "seq <= max_seq=" + std::to_string(max_seq));
+}
+}  // namespace
+
+namespace detail {
+template <class T>
+std::int64_t token_ids_from(Kokkos::View<const T*> x, std::int64_t vocab,
+                            Kokkos::View<std::int32_t*> ids) {
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "kshard::token_ids_from", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(x.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
+        const auto v = to_accum(x(r));
+        const bool ok = v >= 0 && v < decltype(v)(vocab) && v == compat::floor(v);
+        ids(r) = ok ? static_cast<std::int32_t>(v) : -1;
+        b += ok ? 0 : 1;
+      },
+      bad);
+  return bad;
+}
+#define KSHARD_IDS_INSTANTIATE(T)                                                           \
+  template std::int64_t token_ids_from<T>(Kokkos::View<const T*>, std::int64_t,            \
+                                          Kokkos::View<std::int32_t*>);
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_IDS_INSTANTIATE)
+#undef KSHARD_IDS_INSTANTIATE
+}  // namespace detail
+
+template <class T>
+Embedding<T>::Embedding(std::int64_t vocab, std::int64_t d, std::int64_t max_seq,
+                        double init_std)
+    : vocab_(vocab), d_(d), max_seq_(max_seq), init_std_(init_std) {
+  if (vocab_ <= 0 || d_ <= 0 || max_seq_ < 0)
+    throw Error("Embedding(vocab=" + std::to_string(vocab_) + ", d=" + std::to_string(d_) +
+                    ", max_seq=" + std::to_string(max_seq_) + ")",
+                "vocab > 0, d > 0, max_seq >= 0");
+  // int32 ids (forward_tokens) hold any vocab that fits an int32.
+  if (vocab_ > std::int64_t(INT32_MAX))
+    throw Error("Embedding vocab=" + std::to_string(vocab_), "vocab <= 2^31 - 1 (int32 ids)");
+}
+
+template <class T>
+std::vector<ParamSpec> Embedding<T>::param_specs() const {
+  std::vector<ParamSpec> s{{"weight", {vocab_, d_}, Init::normal(init_std_)}};
+  if (max_seq_ > 0) s.push_back({"position", {max_seq_, d_}, Init::normal(init_std_)});
+  return s;
+}
+
+template <class T>
+void Embedding<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                           Kokkos::View<T*> y) {
+  if constexpr (is_low_precision_v<T>) {
+    // A 16-bit id is exact only up to 256 (bf16) / 2048 (f16): ask for int32.
+    throw Error("Embedding<" + std::string(dtype_name(dtype_of<T>::value)) +
+                    ">::forward with ids stored as " + dtype_name(dtype_of<T>::value),
+                "int32 token ids through forward_tokens() (FsdpModel does this)");
+  } else {
+    // Ids travel as T: every id must be exactly representable.
+    if (static_cast<std::int64_t>(static_cast<T>(vocab_ - 1)) != vocab_ - 1)
+      throw Error("Embedding vocab=" + std::to_string(vocab_) +
+                      " is not exact in this scalar type",
+                  "vocab <= 2^24 for float ids (or int32 ids through forward_tokens)");
+    detail::check_forward<T>(*this, x, shape, params, y);
+    detail::ensure_size(ids_buf_, shape.rows(), "kshard::Embedding::ids");
+    check_ids(detail::token_ids_from<T>(x, vocab_, ids_buf_), vocab_);
+    check_seq(shape, max_seq_);
+    embed(ids_buf_, shape, params, y);
+  }
+}
+
+template <class T>
+void Embedding<T>::forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                                  const ConstViews& params, Kokkos::View<T*> y) {
+  const std::string who = "Embedding::forward_tokens";
+  if (shape.batch <= 0 || shape.seq <= 0 || shape.features != 1)
+    throw Error(who + ": ActShape batch=" + std::to_string(shape.batch) +
+                    ", seq=" + std::to_string(shape.seq) +
+                    ", features=" + std::to_string(shape.features),
+                "batch > 0, seq > 0, features = 1 (one id per row)");
+  detail::check_size(who, "ids", ids.extent(0), shape.rows());
+  detail::check_size(who, "y", y.extent(0), shape.rows() * d_);
+  detail::check_param_views<T>(*this, who, params);
+  check_seq(shape, max_seq_);
+  check_ids(detail::embedding::count_bad_ids(ids, vocab_), vocab_);
+  embed(ids, shape, params, y);
+}
+
+template <class T>
+void Embedding<T>::embed(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                         const ConstViews& params, Kokkos::View<T*> y) {
+  const bool pos = max_seq_ > 0;
+  detail::embedding::forward<T>(ids, params[0], pos ? params[1] : Kokkos::View<const T*>(), pos, y,
+                                shape.rows(), shape.seq, d_);
+  ids_ = ids;
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void Embedding<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                            const GradViews& grads, Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
+  const bool pos = max_seq_ > 0;
+  detail::embedding::backward<T>(ids_, dy, grads[0],
+                                 pos ? grads[1] : Kokkos::View<accum_t<T>*>(), pos, shape_.batch,
+                                 shape_.seq, d_, vocab_);
+  // (A fill kernel, not deep_copy: Kokkos 3.4's deep_copy of a value fences.)
+  fill<T>(dx, from_accum<T>(accum_t<T>(0)));
+}
+
+template <class T>
+void Embedding<T>::release() {
+  ids_ = {};
+  saved_ = false;
+}
+
+#define KSHARD_INSTANTIATE_LAYER(T) template class Embedding<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
+
+}  // namespace kshard

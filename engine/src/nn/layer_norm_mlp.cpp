@@ -1,0 +1,74 @@
+#include "kshard/engine/nn/layer_norm_mlp.hpp"
+
+#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+template <class T>
+LayerNormMLP<T>::LayerNormMLP(std::int64_t features, std::int64_t hidden, double eps)
+    : d_(features), hidden_(hidden), ln_(features, eps), fc1_(features, hidden),
+      fc2_(hidden, features) {}
+
+template <class T>
+std::vector<ParamSpec> LayerNormMLP<T>::param_specs() const {
+  std::vector<ParamSpec> s;
+  detail::append_prefixed(s, "ln.", ln_.param_specs());
+  detail::append_prefixed(s, "fc1.", fc1_.param_specs());
+  detail::append_prefixed(s, "fc2.", fc2_.param_specs());
+  return s;
+}
+
+template <class T>
+void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                              Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  detail::ensure_size(h_, rows * d_, "kshard::LayerNormMLP::h");
+  detail::ensure_size(a_, rows * hidden_, "kshard::LayerNormMLP::a");
+  const ActShape hidden_shape{shape.batch, shape.seq, hidden_};
+  ln_.forward(x, shape, detail::slice(params, 0, 2), h_);
+  {
+    // The GELU output ([rows, hidden], the largest activation of the layer)
+    // is not kept: backward recomputes it from the pre-activation a_ (one
+    // elementwise pass) for fc2's weight gradient. Saves 4d per row per
+    // layer at d_ff = 4d.
+    auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
+    fc1_.forward_gelu(h_, shape, detail::slice(params, 2, 2), a_, g.view);
+    fc2_.forward(g.view, hidden_shape, detail::slice(params, 4, 2), y);
+  }
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                               const GradViews& grads, Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
+  const std::int64_t rows = shape_.rows();
+  auto dg = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::dg");
+  auto dh = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::dh");
+  {
+    auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
+    detail::gelu_forward<T>(a_, g.view);  // the forward's values (to rounding)
+    fc2_.rebind_input(g.view);
+    fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg.view);
+  }
+  detail::gelu_backward<T>(a_, dg.view, dg.view);  // elementwise, so in place is safe
+  fc1_.backward(dg.view, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh.view);
+  ln_.backward(dh.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+}
+
+template <class T>
+void LayerNormMLP<T>::release() {
+  ln_.release();
+  fc1_.release();
+  fc2_.release();
+  saved_ = false;
+}
+
+#define KSHARD_INSTANTIATE_LAYER(T) template class LayerNormMLP<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LAYER)
+#undef KSHARD_INSTANTIATE_LAYER
+
+}  // namespace kshard

@@ -1,0 +1,99 @@
+#include "kshard/engine/nn/linear.hpp"
+
+#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/engine/kernels/gemm.hpp"
+#include "../kernels/linear_epilogue.hpp"
+#include "kshard/error.hpp"
+
+namespace kshard {
+
+template <class T>
+Linear<T>::Linear(std::int64_t in_features, std::int64_t out_features, bool bias)
+    : in_(in_features), out_(out_features), bias_(bias) {
+  if (in_ <= 0 || out_ <= 0)
+    throw Error("Linear(" + std::to_string(in_) + ", " + std::to_string(out_) + ")",
+                "in_features > 0 and out_features > 0");
+}
+
+template <class T>
+std::vector<ParamSpec> Linear<T>::param_specs() const {
+  std::vector<ParamSpec> s{{"weight", {out_, in_}, Init::uniform_fan_in(in_)}};
+  if (bias_) s.push_back({"bias", {out_}, Init::uniform_fan_in(in_)});
+  return s;
+}
+
+template <class T>
+void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                        Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  using A = accum_t<T>;
+  // With a bias: in the GEMM's epilogue where the backend has one.
+  if (!bias_ || !detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
+                                                    params[1].data(), y.data(),
+                                                    detail::LinearEpilogue::bias, nullptr)) {
+    gemm<T>(Trans::N, Trans::T, rows, out_, in_, A(1), x, params[0], A(0), y);
+    if (bias_) detail::add_row_vector<T>(y, params[1], rows, out_);
+  }
+  x_ = x;
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void Linear<T>::forward_gelu(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                             Kokkos::View<T*> pre, Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  const std::int64_t rows = shape.rows();
+  if (!bias_ || std::int64_t(pre.extent(0)) != rows * out_)
+    throw Error("Linear::forward_gelu with " + std::string(bias_ ? "" : "no bias and ") +
+                    "a pre-activation of " + std::to_string(pre.extent(0)) + " elements",
+                "a Linear with bias and a pre-activation of rows x out = " +
+                    std::to_string(rows * out_) + " elements");
+  if (!detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
+                                          params[1].data(), y.data(),
+                                          detail::LinearEpilogue::bias_gelu, pre.data())) {
+    using A = accum_t<T>;
+    gemm<T>(Trans::N, Trans::T, rows, out_, in_, A(1), x, params[0], A(0), pre);
+    detail::add_row_vector<T>(pre, params[1], rows, out_);
+    detail::gelu_forward<T>(pre, y);
+  }
+  x_ = x;
+  shape_ = shape;
+  saved_ = true;
+}
+
+template <class T>
+void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
+                         const GradViews& grads, Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
+  const std::int64_t rows = shape_.rows();
+  using A = accum_t<T>;
+  // dx[rows, in] = dy[rows, out] W[out, in]
+  gemm<T>(Trans::N, Trans::N, rows, in_, out_, A(1), dy, params[0], A(0), dx);
+  // dW[out, in] += dy^T[out, rows] x[rows, in]   (accumulated in f32 for 16-bit T)
+  gemm<T>(Trans::T, Trans::N, out_, in_, rows, A(1), dy, x_, A(1), grads[0]);
+  if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_);
+}
+
+template <class T>
+void Linear<T>::rebind_input(Kokkos::View<const T*> x) {
+  if (!saved_ || x.extent(0) != x_.extent(0))
+    throw Error("Linear::rebind_input with " + std::to_string(x.extent(0)) + " elements" +
+                    (saved_ ? "" : " before forward"),
+                "a forward first, then an input of the forward input's size (" +
+                    std::to_string(x_.extent(0)) + ")");
+  x_ = x;
+}
+
+template <class T>
+void Linear<T>::release() {
+  x_ = {};
+  saved_ = false;
+}
+
+#define KSHARD_LINEAR_INSTANTIATE(T) template class Linear<T>;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LINEAR_INSTANTIATE)
+#undef KSHARD_LINEAR_INSTANTIATE
+
+}  // namespace kshard

@@ -1,0 +1,239 @@
+#include "kshard/engine/nn/loss.hpp"
+#include "kshard/compat/for_each.hpp"
+#include "kshard/compat/kokkos.hpp"
+
+#include <string>
+
+#include "kshard/error.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
+#include "../kernels/cross_entropy_rows.hpp"
+
+namespace kshard {
+
+namespace detail::loss {
+
+using Team = Kokkos::TeamPolicy<>::member_type;
+
+template <class T, class U>
+double mse(Kokkos::View<const T*> pred, Kokkos::View<const U*> target, Kokkos::View<T*> dpred,
+           double grad_scale) {
+  using A = accum_t<T>;
+  const std::int64_t n = static_cast<std::int64_t>(pred.extent(0));
+  const A g = static_cast<A>(2.0 * grad_scale / static_cast<double>(n));
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      "kshard::mse_loss", Kokkos::RangePolicy<>(0, n),
+      KOKKOS_LAMBDA(std::int64_t i, double& s) {
+        const A e = to_accum(pred(i)) - A(to_accum(target(i)));
+        dpred(i) = from_accum<T>(g * e);
+        s += static_cast<double>(e) * static_cast<double>(e);
+      },
+      sum);
+  return sum / static_cast<double>(n);
+}
+
+/// One team for a whole small reduction (a few thousand rows): a fixed
+/// schedule, so the result is deterministic, and no host round trip.
+inline Kokkos::TeamPolicy<> one_team() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::TeamPolicy<>(1, 256);
+#else
+  return Kokkos::TeamPolicy<>(1, Kokkos::AUTO);
+#endif
+}
+
+// A target names a class when it is in [0, vocab) and integral; negative:
+// ignored row; anything else is bad (counted, treated as ignored).
+template <class Target>
+KOKKOS_INLINE_FUNCTION bool target_ok(Target t, std::int64_t vocab) {
+  return t >= Target(0) && t < Target(vocab) &&
+         static_cast<Target>(static_cast<std::int64_t>(t)) == t;
+}
+
+// result(0) = mean loss, result(1) = counted rows, result(2) = bad targets,
+// all written on the device in stream order (three kernels, no host wait).
+// One team per row. dlogits may alias logits: each element is read (passes
+// 1-2, and pass 3 before its own write) only by the thread that writes it, and
+// the target's logit is read before any write (barrier).
+template <class T, class Target>
+void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
+                   Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
+                   Kokkos::View<double*> result) {
+  using A = accum_t<T>;
+  Kokkos::parallel_for(
+      "kshard::cross_entropy_count", one_team(), KOKKOS_LAMBDA(const Team& team) {
+        double counted = 0, bad = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, rows),
+            [&](std::int64_t r, double& c) { c += target_ok(targets(r), vocab) ? 1 : 0; },
+            counted);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, rows),
+            [&](std::int64_t r, double& b) {
+              b += (targets(r) >= Target(0) && !target_ok(targets(r), vocab)) ? 1 : 0;
+            },
+            bad);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          result(1) = counted;
+          result(2) = bad;
+        });
+      });
+  memory::Block block = memory::acquire(std::size_t(rows) * sizeof(double),
+                                        "kshard::cross_entropy.row_loss");
+  auto row_loss = block.view<double>(std::size_t(rows));
+  // The backend's one-pass row kernel where it has one (cross_entropy_rows.hpp),
+  // else the portable team kernel.
+  if (!cross_entropy_rows<T, Target>(logits, rows, vocab, targets.data(), dlogits, grad_scale,
+                                     result.data(), row_loss.data())) {
+    Kokkos::parallel_for(
+        "kshard::cross_entropy", compat::row_team_policy(rows),
+        KOKKOS_LAMBDA(const Team& team) {
+          const std::int64_t r = team.league_rank();
+          const T* l = logits + r * vocab;
+          T* dl = dlogits + r * vocab;
+          const Target tt = targets(r);
+          if (!target_ok(tt, vocab)) {
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
+                                 [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
+            Kokkos::single(Kokkos::PerTeam(team), [&]() { row_loss(r) = 0; });
+            return;
+          }
+          const double counted = result(1);
+          const A g = static_cast<A>(grad_scale / counted);
+          const std::int64_t t = static_cast<std::int64_t>(tt);
+          A mx = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, vocab),
+              [&](std::int64_t j, A& m) {
+                const A v = to_accum(l[j]);
+                if (v > m) m = v;
+              },
+              Kokkos::Max<A>(mx));
+          A sum = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, vocab),
+              [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
+          const A lse = mx + compat::log(sum);
+          const A lt = to_accum(l[t]);
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
+            const A p = compat::exp(to_accum(l[j]) - lse);
+            dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
+          });
+          Kokkos::single(Kokkos::PerTeam(team),
+                         [&]() { row_loss(r) = static_cast<double>(lse - lt); });
+        });
+  }
+  Kokkos::parallel_for(
+      "kshard::cross_entropy_total", one_team(), KOKKOS_LAMBDA(const Team& team) {
+        double total = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, rows),
+            [&](std::int64_t r, double& s) { s += row_loss(r); }, total);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          result(0) = result(1) > 0 ? total / result(1) : 0.0;
+        });
+      });
+  // The row buffer goes back to the pool with the kernels queued: later users
+  // are ordered after them (kshard/mesh/buffer_pool.hpp).
+}
+
+}  // namespace detail::loss
+
+template <class T, class U>
+double mse_loss(Kokkos::View<const T*> pred,
+                typename std::common_type<Kokkos::View<const U*>>::type target,
+                Kokkos::View<T*> dpred, double grad_scale) {
+  const std::size_t n = pred.extent(0);
+  if (n == 0) throw Error("mse_loss: empty prediction", "at least one element");
+  if (target.extent(0) != n || dpred.extent(0) != n)
+    throw Error("mse_loss: pred has " + std::to_string(n) + " elements, target " +
+                    std::to_string(target.extent(0)) + ", dpred " +
+                    std::to_string(dpred.extent(0)),
+                "equal sizes");
+  return detail::loss::mse<T, U>(pred, target, dpred, grad_scale);
+}
+
+namespace {
+template <class T, class Target>
+std::string check_ce_args(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
+                          Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
+                          std::size_t result_size) {
+  const std::string who = "cross_entropy_loss(rows=" + std::to_string(rows) +
+                          ", vocab=" + std::to_string(vocab) + ")";
+  if (rows <= 0 || vocab <= 0) throw Error(who, "rows > 0 and vocab > 0");
+  auto size = [&](const char* what, std::size_t have, std::int64_t want) {
+    if (static_cast<std::int64_t>(have) != want)
+      throw Error(who + ": " + what + " has " + std::to_string(have) + " elements",
+                  std::to_string(want) + " elements");
+  };
+  size("logits", logits.extent(0), rows * vocab);
+  size("dlogits", dlogits.extent(0), rows * vocab);
+  size("targets", targets.extent(0), rows);
+  if (result_size < 3) size("result", result_size, 3);
+  return who;
+}
+}  // namespace
+
+template <class T, class Target>
+void cross_entropy_loss_async(Kokkos::View<const T*> logits, std::int64_t rows,
+                              std::int64_t vocab, Kokkos::View<const Target*> targets,
+                              Kokkos::View<T*> dlogits, double grad_scale,
+                              Kokkos::View<double*> result) {
+  check_ce_args<T, Target>(logits, rows, vocab, targets, dlogits, result.extent(0));
+  detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, dlogits.data(),
+                                         grad_scale, result);
+}
+
+double cross_entropy_result(Kokkos::View<const double*> result, std::int64_t rows,
+                            std::int64_t vocab) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result);
+  if (h(2) != 0)
+    throw Error("cross_entropy_loss(rows=" + std::to_string(rows) + ", vocab=" +
+                    std::to_string(vocab) + "): " + std::to_string(std::int64_t(h(2))) +
+                    " targets are >= vocab or not integers",
+                "targets in [0, vocab), or negative to ignore a row");
+  return h(0);
+}
+
+template <class T, class Target>
+double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
+                          Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
+                          double grad_scale) {
+  check_ce_args<T, Target>(logits, rows, vocab, targets, dlogits, 3);
+  memory::Block block = memory::acquire(3 * sizeof(double), "kshard::cross_entropy.result");
+  auto result = block.view<double>(3);
+  detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, dlogits.data(),
+                                         grad_scale, result);
+  return cross_entropy_result(result, rows, vocab);
+}
+
+#define KSHARD_CE_INSTANTIATE(T, Target)                                                  \
+  template double cross_entropy_loss<T, Target>(Kokkos::View<const T*>, std::int64_t,     \
+                                                std::int64_t, Kokkos::View<const Target*>, \
+                                                Kokkos::View<T*>, double);                 \
+  template void cross_entropy_loss_async<T, Target>(                                      \
+      Kokkos::View<const T*>, std::int64_t, std::int64_t, Kokkos::View<const Target*>,    \
+      Kokkos::View<T*>, double, Kokkos::View<double*>);
+#define KSHARD_MSE_INSTANTIATE(T, U)                                                     \
+  template double mse_loss<T, U>(Kokkos::View<const T*>,                                  \
+                                 std::common_type<Kokkos::View<const U*>>::type,          \
+                                 Kokkos::View<T*>, double);
+KSHARD_MSE_INSTANTIATE(float, float)
+KSHARD_MSE_INSTANTIATE(double, double)
+KSHARD_MSE_INSTANTIATE(bfloat16_t, bfloat16_t)
+KSHARD_MSE_INSTANTIATE(bfloat16_t, float)
+KSHARD_MSE_INSTANTIATE(float16_t, float16_t)
+KSHARD_MSE_INSTANTIATE(float16_t, float)
+#undef KSHARD_MSE_INSTANTIATE
+KSHARD_CE_INSTANTIATE(float, std::int32_t)
+KSHARD_CE_INSTANTIATE(float, std::int64_t)
+KSHARD_CE_INSTANTIATE(float, float)
+KSHARD_CE_INSTANTIATE(double, std::int32_t)
+KSHARD_CE_INSTANTIATE(double, std::int64_t)
+KSHARD_CE_INSTANTIATE(double, double)
+KSHARD_CE_INSTANTIATE(bfloat16_t, std::int32_t)
+KSHARD_CE_INSTANTIATE(float16_t, std::int32_t)
+#undef KSHARD_CE_INSTANTIATE
+
+}  // namespace kshard
