@@ -18,6 +18,7 @@
 
 #include "../cross_entropy_rows.hpp"
 #include "kshard/error.hpp"
+#include "row_vector.hpp"
 #include "kshard/numeric/compute.hpp"
 
 namespace kshard::detail {
@@ -25,13 +26,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
-template <class T>
-struct alignas(16) Chunk {
-  T v[kVec<T>];
-};
+using cuda_rows::Chunk;
+using cuda_rows::kVec;
+using cuda_rows::aligned16;
+using cuda_rows::check_launch;
 
 struct MaxSum {
   float m, s;
@@ -119,8 +117,6 @@ __global__ void __launch_bounds__(kThreads)
   if (tid == 0) row_loss[r] = static_cast<double>(lse - lt);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 template <class T, class Target>
@@ -136,10 +132,7 @@ bool cross_entropy_rows(const T* logits, std::int64_t rows, std::int64_t vocab,
     cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
     ce_rows_kernel<T, Target><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
         logits, vocab, targets, dlogits, grad_scale, result, row_loss);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-      throw Error(std::string("kshard ce_rows_kernel launch failed: ") + cudaGetErrorString(e),
-                  "a valid launch on the current GPU");
+    check_launch("kshard ce_rows_kernel");
     return true;
   }
 }

@@ -19,6 +19,7 @@
 
 #include "../layer_norm_rows.hpp"
 #include "kshard/error.hpp"
+#include "row_vector.hpp"
 #include "kshard/numeric/compute.hpp"
 
 namespace kshard::detail {
@@ -26,13 +27,10 @@ namespace {
 
 constexpr int kWarps = 8;
 
-template <class T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
-template <class T>
-struct alignas(16) Chunk {
-  T v[kVec<T>];
-};
+using cuda_rows::Chunk;
+using cuda_rows::kVec;
+using cuda_rows::aligned16;
+using cuda_rows::check_launch;
 
 __device__ __forceinline__ float warp_sum(float s) {
 #pragma unroll
@@ -142,8 +140,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 // Chunks per lane for this width, or 0 when the register kernels do not serve it.
 template <class T>
 int chunks(std::int64_t d) {
@@ -155,13 +151,6 @@ int chunks(std::int64_t d) {
     if (d % per != 0 || d / per < 1 || d / per > 8) return 0;
     return static_cast<int>(d / per);
   }
-}
-
-void check_launch(const char* name) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(std::string(name) + " launch failed: " + cudaGetErrorString(e),
-                "a valid launch on the current GPU");
 }
 
 template <int N, class F>
