@@ -724,17 +724,7 @@ template <class T>
 bool cudnn_path(const FlashArgs<T>& a, bool backward) {
 #if defined(KSHARD_HAVE_CUDNN)
   if constexpr (is_low_precision_v<T>) {
-    if (!vendor_attention_enabled()) return false;
-    std::int64_t bytes = 0;
-    if (!cudnn_attention_serves(cudnn_args(a), backward, &bytes)) return false;
-    Kokkos::View<char*>& w = cudnn_workspace();
-    if (bytes > static_cast<std::int64_t>(w.extent(0))) {
-      w = Kokkos::View<char*>();
-      w = Kokkos::View<char*>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                 std::string("kshard.cache:cudnn_attention")),
-                              static_cast<std::size_t>(bytes));
-    }
-    return true;
+    return vendor_attention_enabled() && cudnn_attention_serves(cudnn_args(a), backward, nullptr);
   }
 #endif
   (void)a;
@@ -742,14 +732,32 @@ bool cudnn_path(const FlashArgs<T>& a, bool backward) {
   return false;
 }
 
+#if defined(KSHARD_HAVE_CUDNN)
+// Runs cuDNN's graph, first growing the workspace to what it needs (only
+// here, so that asking flash_attention_path allocates nothing).
+template <class T>
+void run_cudnn(const FlashArgs<T>& a, bool backward) {
+  const CudnnAttentionArgs c = cudnn_args(a);
+  std::int64_t bytes = 0;
+  cudnn_attention_serves(c, backward, &bytes);
+  Kokkos::View<char*>& w = cudnn_workspace();
+  if (bytes > static_cast<std::int64_t>(w.extent(0))) {
+    w = Kokkos::View<char*>();
+    w = Kokkos::View<char*>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                               std::string("kshard.cache:cudnn_attention")),
+                            static_cast<std::size_t>(bytes));
+  }
+  cudnn_attention_run(c, backward, Kokkos::DefaultExecutionSpace().cuda_stream(), w.data());
+}
+#endif
+
 template <class T, class TensorCores>
 void dispatch(const FlashArgs<T>& a, bool backward, TensorCores tc,
               void (*portable)(const FlashArgs<T>&)) {
   if constexpr (is_low_precision_v<T>) {
 #if defined(KSHARD_HAVE_CUDNN)
     if (cudnn_path(a, backward)) {
-      cudnn_attention_run(cudnn_args(a), backward, Kokkos::DefaultExecutionSpace().cuda_stream(),
-                          cudnn_workspace().data());
+      run_cudnn(a, backward);
       return;
     }
 #endif
