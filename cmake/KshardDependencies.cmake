@@ -77,11 +77,21 @@ if(KSHARD_KOKKOS_CUDA)
     find_path(KSHARD_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
       HINTS ${KSHARD_CUDNN_FRONTEND_DIR} ${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend ENV CUDNN_FRONTEND_HOME
       PATH_SUFFIXES include NO_DEFAULT_PATH)
-    find_path(KSHARD_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    # cuDNN's headers: ci/cudnn-frontend's (the oldest cuDNN 9 for CUDA 13, so
+    # that any newer runtime serves; see there) before the toolkit's.
+    find_path(KSHARD_CUDNN_INCLUDE_DIR cudnn.h
+      HINTS ${KSHARD_CUDNN_FRONTEND_DIR}/cudnn ${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend/cudnn
+            ${CUDAToolkit_INCLUDE_DIRS}
+      PATH_SUFFIXES include)
     find_library(KSHARD_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
     if(KSHARD_CUDNN_FRONTEND_INCLUDE_DIR AND KSHARD_CUDNN_INCLUDE_DIR AND KSHARD_CUDNN_LIBRARY AND TARGET CUDA::nvrtc)
       set(KSHARD_HAVE_CUDNN ON)
-      message(STATUS "kshard: cuDNN fused attention ON (frontend ${KSHARD_CUDNN_FRONTEND_INCLUDE_DIR}, ${KSHARD_CUDNN_LIBRARY})")
+      file(STRINGS ${KSHARD_CUDNN_INCLUDE_DIR}/cudnn_version.h _kshard_cudnn_v REGEX "^#define CUDNN_(MAJOR|MINOR) ")
+      string(REGEX REPLACE "[^0-9;]" "" _kshard_cudnn_v "${_kshard_cudnn_v}")
+      list(JOIN _kshard_cudnn_v "." _kshard_cudnn_v)
+      message(STATUS "kshard: cuDNN fused attention ON (frontend ${KSHARD_CUDNN_FRONTEND_INCLUDE_DIR}, "
+                     "cuDNN ${_kshard_cudnn_v} headers ${KSHARD_CUDNN_INCLUDE_DIR}: runs on libcudnn >= ${_kshard_cudnn_v}; "
+                     "${KSHARD_CUDNN_LIBRARY})")
     else()
       set(KSHARD_HAVE_CUDNN OFF)
       message(STATUS "kshard: cuDNN fused attention OFF (run ci/cudnn-frontend for the frontend headers; "

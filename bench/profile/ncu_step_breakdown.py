@@ -5,7 +5,9 @@
         kshard-train ... --steps 2 > ncu.csv
     python3 bench/profile/ncu_step_breakdown.py ncu.csv [--step 2] [--json out.json]
 
-Steps are told apart by FusedAdam's update kernels (one per unit per step): step s is
+Steps are told apart by the optimizer's update kernels (kshard's FusedAdam: one per unit
+per step; PyTorch's fused AdamW: its multi-tensor kernels, so the FSDP2 twin can be read
+the same way, `ncu ... python3 bench/fsdp2/fsdp2_twin.py ... --steps 3`): step s is
 every kernel after the last update kernel of step s-1 up to the last update kernel of step
 s. Kernels are grouped by what the name says they are (cuBLAS GEMM, attention, elementwise,
 NCCL, ...) and summed; the sum is the GPU busy time of the step, to set against the step's
@@ -25,13 +27,14 @@ CATEGORIES = [
     # "sdpa" / "fprop" / "bprop"), so it goes before the GEMM patterns.
     ("attention (fused)", r"flash|Flash|sdpa|fmha|cudnn"),
     ("GEMM (cuBLAS/cuBLASLt)", r"nvjet|cutlass|gemm|Gemm|sm90_xmma|splitKreduce|Gemv"),
-    ("FusedAdam update", r"AdamUpdate|adam_update"),
+    ("FusedAdam update", r"AdamUpdate|adam_update|FusedAdam"),
+    # PyTorch's cross-entropy (log-softmax + NLL) before the attention softmax.
+    ("cross-entropy", r"cross_entropy|ce_rows|softmax_xent|logsumexp|cunn_SoftMax|nll_loss"),
     ("attention softmax / mask", r"softmax|Softmax|causal"),
     ("LayerNorm", r"layer_norm|LayerNorm|ln_forward|ln_backward"),
-    ("GELU", r"gelu"),
+    ("GELU", r"gelu|Gelu"),
     ("bias add", r"add_row_vector"),
     ("residual add", r"detail::add<|kshard::detail::add"),
-    ("cross-entropy", r"cross_entropy|ce_rows|softmax_xent|logsumexp"),
     ("embedding", r"embedding|Embedding"),
     ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad"),
     ("casts", r"cast|convert|dequant|quant|FromF32|ToF32"),

@@ -75,8 +75,10 @@ bool ensure_handle(State& s) {
   if (s.handle) return true;
   // The frontend is compiled against these headers' enums and descriptor
   // attributes; cuDNN promises compatibility with NEWER libraries of the same
-  // major version, not older ones (the H200 image's system has 9.14, the
-  // toolkit headers here are 9.19). Decline instead: kshard's kernel runs.
+  // major version, not older ones. Decline instead: kshard's kernel runs.
+  // ci/cudnn-frontend supplies the oldest cuDNN 9 headers for CUDA 13 (9.12)
+  // so that this holds for every such runtime (the H200 image's system
+  // library is 9.14; the CUDA toolkit's own headers are 9.19).
   const std::size_t runtime = cudnnGetVersion();
   if (runtime < static_cast<std::size_t>(CUDNN_VERSION)) {
     s.last_decline = "libcudnn " + std::to_string(runtime) + " is older than the cuDNN " +
