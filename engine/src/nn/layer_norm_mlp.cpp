@@ -24,19 +24,23 @@ void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Co
                               Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
-  detail::ensure_size(h_, rows * d_, "kshard::LayerNormMLP::h");
   detail::ensure_size(a_, rows * hidden_, "kshard::LayerNormMLP::a");
   const ActShape hidden_shape{shape.batch, shape.seq, hidden_};
-  ln_.forward(x, shape, detail::slice(params, 0, 2), h_);
   {
+    // The LayerNorm output (fc1's input) is rebuilt in backward from x by
+    // the same kernel (bitwise equal): one row-wise pass instead of a saved
+    // [rows, d] per layer.
+    auto h = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::h");
+    ln_.forward(x, shape, detail::slice(params, 0, 2), h.view);
     // The GELU output ([rows, hidden], the largest activation of the layer)
     // is not kept: backward recomputes it from the pre-activation a_ (one
     // elementwise pass) for fc2's weight gradient. Saves 4d per row per
     // layer at d_ff = 4d.
     auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
-    fc1_.forward_gelu(h_, shape, detail::slice(params, 2, 2), a_, g.view);
+    fc1_.forward_gelu(h.view, shape, detail::slice(params, 2, 2), a_, g.view);
     fc2_.forward(g.view, hidden_shape, detail::slice(params, 4, 2), y);
   }
+  x_ = x;
   shape_ = shape;
   saved_ = true;
 }
@@ -46,16 +50,20 @@ void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& para
                                const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
-  auto dg = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::dg");
+  // One [rows, hidden] buffer serves the recomputed GELU output g and then
+  // its gradient dg: Linear::backward computes fc2's weight gradient (which
+  // reads g) before its input gradient (which overwrites g with dg).
+  auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
+  detail::gelu_forward<T>(a_, g.view);  // the forward's values (to rounding)
+  fc2_.rebind_input(g.view);
+  fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), g.view);
+  Kokkos::View<T*> dg = g.view;
+  detail::gelu_backward<T>(a_, dg, dg);  // elementwise, so in place is safe
+  auto h = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::h");
+  ln_.forward(x_, shape_, detail::slice(params, 0, 2), h.view);  // bitwise the forward's
+  fc1_.rebind_input(h.view);
   auto dh = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::dh");
-  {
-    auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
-    detail::gelu_forward<T>(a_, g.view);  // the forward's values (to rounding)
-    fc2_.rebind_input(g.view);
-    fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), dg.view);
-  }
-  detail::gelu_backward<T>(a_, dg.view, dg.view);  // elementwise, so in place is safe
-  fc1_.backward(dg.view, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh.view);
+  fc1_.backward(dg, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh.view);
   ln_.backward(dh.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
 }
 
@@ -64,6 +72,7 @@ void LayerNormMLP<T>::release() {
   ln_.release();
   fc1_.release();
   fc2_.release();
+  x_ = {};
   saved_ = false;
 }
 

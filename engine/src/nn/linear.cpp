@@ -69,11 +69,13 @@ void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
   using A = accum_t<T>;
-  // dx[rows, in] = dy[rows, out] W[out, in]
-  gemm<T>(Trans::N, Trans::N, rows, in_, out_, A(1), dy, params[0], A(0), dx);
   // dW[out, in] += dy^T[out, rows] x[rows, in]   (accumulated in f32 for 16-bit T)
+  // first: after it nothing reads the saved input, so dx may be its memory
+  // (LayerNormMLP writes fc2's dx over the recomputed GELU output).
   gemm<T>(Trans::T, Trans::N, out_, in_, rows, A(1), dy, x_, A(1), grads[0]);
   if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_);
+  // dx[rows, in] = dy[rows, out] W[out, in]
+  gemm<T>(Trans::N, Trans::N, rows, in_, out_, A(1), dy, params[0], A(0), dx);
 }
 
 template <class T>

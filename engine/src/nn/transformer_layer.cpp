@@ -26,16 +26,18 @@ void TransformerLayer<T>::forward(Kokkos::View<const T*> x, ActShape shape,
                                   const ConstViews& params, Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t n = shape.numel();
-  detail::ensure_size(h1_, n, "kshard::TransformerLayer::h1");
   detail::ensure_size(x1_, n, "kshard::TransformerLayer::x1");
-  ln1_.forward(x, shape, detail::slice(params, kLn1, kLn1N), h1_);
   {
-    // The attention output is needed only for the residual sum: a pool
-    // scratch, not saved for backward (one [rows, d] less per layer).
+    // LN1's output (the qkv projection's input) and the attention output
+    // (needed only for the residual sum) live in pool scratch for this
+    // forward only; backward rebuilds LN1's output (see backward).
+    auto h1 = detail::scratch<T>(n, "kshard::TransformerLayer::h1");
+    ln1_.forward(x, shape, detail::slice(params, kLn1, kLn1N), h1.view);
     auto a = detail::scratch<T>(n, "kshard::TransformerLayer::a");
-    attn_.forward(h1_, shape, detail::slice(params, kAttn, kAttnN), a.view);
+    attn_.forward(h1.view, shape, detail::slice(params, kAttn, kAttnN), a.view);
     detail::add<T>(x, a.view, x1_);
   }
+  x_ = x;
   mlp_.forward(x1_, shape, detail::slice(params, kMlp, kMlpN), y);
   detail::add<T>(x1_, y, y);
   shape_ = shape;
@@ -53,7 +55,11 @@ void TransformerLayer<T>::backward(Kokkos::View<const T*> dy, const ConstViews& 
   // y = x1 + mlp(x1): dx1 = dy + mlp'(dy)
   mlp_.backward(dy, detail::slice(params, kMlp, kMlpN), detail::slice(grads, kMlp, kMlpN), dx1);
   detail::add<T>(dx1, dy, dx1);
-  // x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1))
+  // x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1)). LN1's output again,
+  // by the same kernel on the same input: bitwise the forward's.
+  auto h1 = detail::scratch<T>(n, "kshard::TransformerLayer::h1");
+  ln1_.forward(x_, shape_, detail::slice(params, kLn1, kLn1N), h1.view);
+  attn_.rebind_input(h1.view);
   attn_.backward(dx1, detail::slice(params, kAttn, kAttnN), detail::slice(grads, kAttn, kAttnN),
                  dh);
   ln1_.backward(dh, detail::slice(params, kLn1, kLn1N), detail::slice(grads, kLn1, kLn1N), dx);
@@ -65,6 +71,7 @@ void TransformerLayer<T>::release() {
   ln1_.release();
   attn_.release();
   mlp_.release();
+  x_ = {};
   saved_ = false;
 }
 

@@ -35,7 +35,9 @@ class LayerNormLinear final : public Layer<T> {
   Linear<T> fc_;
   bool saved_ = false;
   ActShape shape_{};
-  Kokkos::View<T*> h_;   // LayerNorm output, kept for fc_'s backward
+  // The forward input (the LayerNorm's, kept by the caller for its backward
+  // anyway): the LayerNorm output is rebuilt from it in backward, not saved.
+  Kokkos::View<const T*> x_;
 };
 
 #define KSHARD_EXTERN_LAYER(T) extern template class LayerNormLinear<T>;

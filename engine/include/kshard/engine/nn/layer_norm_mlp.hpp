@@ -38,7 +38,9 @@ class LayerNormMLP final : public Layer<T> {
   Linear<T> fc1_, fc2_;
   bool saved_ = false;
   ActShape shape_{};
-  Kokkos::View<T*> h_;   // LayerNorm output [rows, d]
+  // The forward input (the LayerNorm's, kept by the caller for its backward
+  // anyway): the LayerNorm output is rebuilt from it in backward, not saved.
+  Kokkos::View<const T*> x_;
   Kokkos::View<T*> a_;   // fc1 output, GELU input [rows, hidden]
 };
 

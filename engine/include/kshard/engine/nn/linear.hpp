@@ -40,7 +40,9 @@ class Linear final : public Layer<T> {
   /// Points the saved forward input at `x`, an equal recomputed copy (same
   /// size), before backward: lets the owner of a large input give its memory
   /// back after forward and rebuild it only for backward (LayerNormMLP does
-  /// so with the GELU output).
+  /// so with the GELU output and the LayerNorm output). backward() reads the
+  /// saved input before it writes dx, so dx may be the saved input's memory
+  /// when the input has in_features columns.
   void rebind_input(Kokkos::View<const T*> x);
 
  private:

@@ -47,7 +47,10 @@ class TransformerLayer final : public Layer<T> {
   LayerNormMLP<T> mlp_;
   bool saved_ = false;
   ActShape shape_{};
-  Kokkos::View<T*> h1_;   // LN1 output [rows, d]
+  // The forward input (LN1's input, which the caller keeps for LN1's
+  // backward anyway): LN1's output is not saved but rebuilt from it in
+  // backward (one row-wise pass for one [rows, d] activation less per layer).
+  Kokkos::View<const T*> x_;
   Kokkos::View<T*> x1_;   // after the first residual [rows, d]
 };
 
