@@ -22,7 +22,11 @@
 // counted). The unfused path exists in float and double only (the layers at
 // this commit); a bf16/f16 row is compared with unfused float on the same
 // (16-bit-rounded) inputs. "check" is the max |fused - unfused| / max |unfused|
-// of ctx and of dqkv at that size.
+// of ctx and of dqkv at that size. Where float runs on the exact-f32 CUDA
+// kernel ("f32 kernel"), the portable Kokkos kernel is timed too ("portable
+// float"), on the same inputs, so that the two compare directly:
+//   kshard-bench-attention --types float --sizes '4,1024,2048,16;8,512,1024,16'
+// (the train benchmark's hd 128 and hd 64 shapes).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -150,9 +154,34 @@ void run(const Size& s, const char* type, int reps, int warmup, bool unfused) {
                                                      s.batch, s.seq, d, s.heads);
   };
 
-  std::vector<double> ff, fb, rf, rb;
+  kshard::detail::FlashArgs<T> args;
+  args.qkv = qkv.data();
+  args.out = ctx.data();
+  args.batch = s.batch;
+  args.seq = s.seq;
+  args.d = d;
+  args.heads = s.heads;
+  const std::string path = kshard::detail::flash_attention_path<T>(args);
+  const bool portable = path == "f32 kernel";
+  auto portable_fwd = [&] { kshard::detail::flash_attention_forward_portable<T>(args); };
+  auto portable_bwd = [&] {
+    kshard::detail::FlashArgs<T> b = args;
+    b.ctx = ctx.data();
+    b.dctx = dctx.data();
+    b.lse_in = lse.data();
+    b.delta = delta.data();
+    b.out = dqkv.data();
+    kshard::detail::flash_attention_backward_portable<T>(b);
+  };
+  args.lse = lse.data();
+
+  std::vector<double> ff, fb, rf, rb, pf, pb;
   for (int r = 0; r < warmup + reps; ++r) {
     const double a = time_once(fused_fwd), b = time_once(fused_bwd);
+    if (portable && r >= warmup) {
+      pf.push_back(time_once(portable_fwd));
+      pb.push_back(time_once(portable_bwd));
+    }
     double c = 0, e = 0;
     if (unfused) {
       c = time_once(ref_fwd);
@@ -167,13 +196,6 @@ void run(const Size& s, const char* type, int reps, int warmup, bool unfused) {
   }
   const double fwd_flop = 2.0 * double(s.batch * s.heads) * double(s.seq) * double(s.seq) * double(hd);
   const double bwd_flop = 2.5 * fwd_flop;
-  kshard::detail::FlashArgs<T> args;
-  args.qkv = qkv.data();
-  args.out = ctx.data();
-  args.batch = s.batch;
-  args.seq = s.seq;
-  args.d = d;
-  args.heads = s.heads;
   auto line = [&](const char* what, double tf, double tb) {
     std::printf("  %-22s fwd %9.3f ms %7.2f TFLOP/s | bwd %9.3f ms %7.2f TFLOP/s | "
                 "fwd+bwd %9.3f ms %7.2f TFLOP/s\n",
@@ -182,9 +204,15 @@ void run(const Size& s, const char* type, int reps, int warmup, bool unfused) {
   };
   std::printf("(batch %lld, seq %lld, d %lld, heads %lld, hd %lld) %s (%s)\n", (long long)s.batch,
               (long long)s.seq, (long long)d, (long long)s.heads, (long long)hd, type,
-              kshard::detail::flash_attention_path<T>(args));
+              path.c_str());
   const double tf = median(ff), tb = median(fb);
   line((std::string("fused ") + type).c_str(), tf, tb);
+  if (portable) {
+    const double ptf = median(pf), ptb = median(pb);
+    line((std::string("portable ") + type).c_str(), ptf, ptb);
+    std::printf("  speedup %s/portable: fwd %.2fx bwd %.2fx fwd+bwd %.2fx\n", path.c_str(),
+                ptf / tf, ptb / tb, (ptf + ptb) / (tf + tb));
+  }
   if (unfused) {
     const double uf = median(rf), ub = median(rb);
     line("unfused float", uf, ub);

@@ -6,16 +6,19 @@
 // Errors are max |fused - ref| / max |ref| per output (ctx, lse and each of the
 // dq, dk, dv parts), over sequence lengths on and off the tile size (the
 // portable kernel's host tiles are 64, the tensor-core tiles 64 and 32),
-// heads 1..16, head dims 8..128 (64 and 128 take the tensor-core path on the
-// GPU build), batch 1 and 3, and score amplitudes up to |s| ~ 12 (peaked
-// softmax rows, where a wrong running max or rescale shows).
+// heads 1..16, head dims 8..128 (64 and 128 take the tensor-core path for the
+// 16-bit types and the exact-f32 SIMT kernel for float on the GPU build; the
+// float cases also run through the portable kernel there), batch 1 to 3, and
+// score amplitudes up to |s| ~ 12 (peaked softmax rows, where a wrong running
+// max or rescale shows).
 //
 // Tolerances (measured maxima over all cases and outputs in brackets):
 //  double 1e-12: the fused kernel sums in another order; every sum has <= 200
 //    terms of O(1), so differences are ~1e-14. [host: 3.5e-15]
 //  float 2e-5: the reference is double, so this is float's own error: u = 6e-8
 //    times the condition of the softmax and of sums of <= 200 terms.
-//    [host: 1.5e-6]
+//    [host: 1.5e-6; the f32 CUDA kernel under tests/layers/flash_cuda_emulation:
+//    1.3e-6]
 //  bfloat16 1.5e-2, float16 3e-3: inputs and outputs are 16-bit, so every
 //    output carries one rounding (2^-9 = 2e-3 relative to the element for
 //    bf16, 2^-12 = 2.4e-4 for f16), and O (rounded) enters
@@ -58,12 +61,17 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
             << " amp " << c.amp;
 }
 
-// seq: 1 (a single key), 7, 64 (one host tile), 65 and 130 (a partial last
-// tile), 200 (several tiles of the tensor-core kernels, partial last one).
+// seq: 1 (a single key), 7, 33, 64 (one tile of the host and GPU kernels),
+// 65, 100, 129 and 130 (a partial last tile), 200 (several tiles, partial
+// last one); head dims 64 and 128 (the GPU kernels') at most of them.
 const Case kCases[] = {
-    {1, 1, 1, 8, 1.0},    {2, 7, 3, 16, 1.0},  {1, 64, 2, 64, 1.0},  {3, 65, 4, 32, 1.0},
-    {1, 130, 16, 8, 1.0}, {2, 130, 2, 128, 1.0}, {1, 65, 16, 64, 2.0}, {1, 200, 1, 128, 1.0},
-    {2, 100, 4, 64, 3.0}, {1, 33, 1, 128, 3.0},
+    {1, 1, 1, 8, 1.0},      {2, 7, 3, 16, 1.0},     {1, 64, 2, 64, 1.0},
+    {3, 65, 4, 32, 1.0},    {1, 130, 16, 8, 1.0},   {2, 130, 2, 128, 1.0},
+    {1, 65, 16, 64, 2.0},   {1, 200, 1, 128, 1.0},  {2, 100, 4, 64, 3.0},
+    {1, 33, 1, 128, 3.0},   {1, 1, 1, 64, 1.0},     {2, 1, 2, 128, 1.0},
+    {2, 33, 3, 64, 1.0},    {3, 64, 1, 128, 2.0},   {1, 65, 5, 128, 1.0},
+    {2, 129, 2, 64, 3.0},   {1, 129, 16, 128, 1.0}, {2, 200, 2, 64, 2.0},
+    {1, 100, 8, 128, 3.0},
 };
 
 template <class T>
@@ -244,9 +252,13 @@ void check_against_reference(const char* type_name) {
     const Reference ref = reference(c, qkv, dctx);
     const std::string backend = backend_path<T>(c);
     for (Path path : {Path::api, Path::own_kernel, Path::mixed, Path::portable}) {
-      // CUDA builds run float/double on the portable kernel: once is enough.
+      // CUDA builds run double (and float off head dims 64/128) on the
+      // portable kernel: once is enough; float at 64/128 runs on the f32
+      // kernel, so the portable one is checked separately.
       const bool host = compat::host_accessible_v<compat::DeviceSpace>;
-      if (path == Path::portable && !host && !is_low_precision_v<T>) continue;
+      if (path == Path::portable && !host && !is_low_precision_v<T> &&
+          backend == "portable kernel")
+        continue;
       if ((path == Path::own_kernel || path == Path::mixed) && backend != "cuDNN") continue;
       BOOST_TEST_CONTEXT(type_name << " " << c << path_name(path)) {
         const Errors e = run_fused<T>(c, qkv, dctx, ref, path);
@@ -302,6 +314,14 @@ BOOST_AUTO_TEST_CASE(backward_is_deterministic) {
   const HostVec fa = backward_bits<float>(c, qkv, dctx);
   const HostVec fb = backward_bits<float>(c, qkv, dctx);
   BOOST_TEST(std::memcmp(fa.data(), fb.data(), fa.size() * sizeof(double)) == 0);
+  // Head dim 128 (the f32 CUDA kernel's other instantiation), seq off the tile.
+  const Case c2{2, 129, 2, 128, 1.0};
+  const std::int64_t d2 = c2.heads * c2.hd, rows2 = c2.batch * c2.seq;
+  const HostVec qkv2 = random_vec(static_cast<std::size_t>(rows2 * 3 * d2), rng);
+  const HostVec dctx2 = random_vec(static_cast<std::size_t>(rows2 * d2), rng);
+  const HostVec ga = backward_bits<float>(c2, qkv2, dctx2);
+  const HostVec gb = backward_bits<float>(c2, qkv2, dctx2);
+  BOOST_TEST(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(double)) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(bad_arguments_throw) {

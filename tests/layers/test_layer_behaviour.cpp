@@ -324,6 +324,25 @@ BOOST_AUTO_TEST_CASE(attention_recompute_equals_unfused_bitwise) {
   check_recompute_equals_unfused<double>();
 }
 
+// automatic resolves per shape: on CUDA, f32 takes the fused path where the
+// exact-f32 kernel serves the head dim (64, 128), recompute elsewhere; f64
+// stays on recompute. Host builds run fused everywhere.
+BOOST_AUTO_TEST_CASE(attention_automatic_path_depends_on_the_shape) {
+  set_attention_impl(AttentionImpl::automatic);
+#if defined(KOKKOS_ENABLE_CUDA)
+  const AttentionImpl f32 = AttentionImpl::fused, other = AttentionImpl::recompute;
+#else
+  const AttentionImpl f32 = AttentionImpl::fused, other = AttentionImpl::fused;
+#endif
+  BOOST_TEST((resolved_attention_impl<float>(4, 1024, 2048, 16) == f32));  // hd 128
+  BOOST_TEST((resolved_attention_impl<float>(8, 100, 1024, 16) == f32));   // hd 64
+  BOOST_TEST((resolved_attention_impl<float>(2, 13, 32, 4) == other));     // hd 8
+  BOOST_TEST((resolved_attention_impl<double>(4, 1024, 2048, 16) == other));
+  set_attention_impl(AttentionImpl::unfused);  // an explicit choice wins
+  BOOST_TEST((resolved_attention_impl<float>(4, 1024, 2048, 16) == AttentionImpl::unfused));
+  set_attention_impl(AttentionImpl::automatic);
+}
+
 // Embedding's weight gradient is the sum of each id's rows in row order,
 // bitwise (no float atomics): compared with that sum done here on the host in
 // float, for ids with long runs of repeats (a frequent token) and ids unused.

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kshard/engine/kernels/flash_attention.hpp"
 #include "kshard/engine/kernels/gemm.hpp"
@@ -208,14 +209,39 @@ AttentionImpl resolved_attention_impl() noexcept {
 }
 
 template <class T>
-bool uses_fused_attention() noexcept {
-  return resolved_attention_impl<T>() == AttentionImpl::fused;
+AttentionImpl resolved_attention_impl(std::int64_t batch, std::int64_t seq, std::int64_t d_model,
+                                      std::int64_t heads) noexcept {
+  const AttentionImpl a = resolved_attention_impl<T>();
+#if defined(KOKKOS_ENABLE_CUDA)
+  // f32 on CUDA: the exact-f32 fused kernel (head dims 64 and 128) beats the
+  // cuBLAS-based recompute path (it skips the masked half of every product
+  // and never writes [B, H, T, T]); elsewhere only the portable kernel exists.
+  if constexpr (std::is_same_v<T, float>) {
+    if (attention_impl() == AttentionImpl::automatic && batch > 0 && seq > 0 && heads > 0 &&
+        d_model > 0 && d_model % heads == 0) {
+      detail::FlashArgs<T> args;
+      args.batch = batch;
+      args.seq = seq;
+      args.d = d_model;
+      args.heads = heads;
+      if (std::strcmp(detail::flash_attention_path(args), "portable kernel") != 0)
+        return AttentionImpl::fused;
+    }
+  }
+#endif
+  (void)batch;
+  (void)seq;
+  (void)d_model;
+  (void)heads;
+  return a;
 }
-#define KSHARD_USES_FUSED(T)                                          \
-  template bool uses_fused_attention<T>() noexcept;                  \
-  template AttentionImpl resolved_attention_impl<T>() noexcept;
-KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_USES_FUSED)
-#undef KSHARD_USES_FUSED
+
+#define KSHARD_RESOLVED_IMPL(T)                                          \
+  template AttentionImpl resolved_attention_impl<T>() noexcept;     \
+  template AttentionImpl resolved_attention_impl<T>(std::int64_t, std::int64_t, std::int64_t, \
+                                                    std::int64_t) noexcept;
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_RESOLVED_IMPL)
+#undef KSHARD_RESOLVED_IMPL
 
 namespace {
 std::int64_t checked_d_model(std::int64_t d, std::int64_t heads) {
@@ -245,7 +271,7 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
                                      const ConstViews& params, Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
-  path_ = resolved_attention_impl<T>();
+  path_ = resolved_attention_impl<T>(shape.batch, shape.seq, d_, heads_);
   detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
   detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
   qkv_proj_.forward(x, shape, detail::slice(params, 0, 2), qkv_);

@@ -1,9 +1,12 @@
-// Driver of the host emulation (see run.sh): runs the tensor-core path of
-// engine/src/kernels/cuda/flash_attention_cuda.cpp through its backend entry points on
-// host memory and compares ctx, lse and dq/dk/dv with a naive double reference
-// on the same 16-bit inputs (same tolerances as tests/layers/test_flash_attention.cpp).
+// Driver of the host emulation (see run.sh): runs the tensor-core path (bf16,
+// f16) and the exact-f32 path (float) of engine/src/kernels/cuda/ through the
+// backend entry points on host memory and compares ctx, lse and dq/dk/dv with
+// a naive double reference on the same inputs (same tolerances as
+// tests/layers/test_flash_attention.cpp).
 // The portable kernel is stubbed out: reaching it is a failure here.
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <random>
 #include "kshard/engine/kernels/flash_attention.hpp"
 #include "kshard/error.hpp"
@@ -71,34 +74,40 @@ double relerr(const std::vector<double>& a, const std::vector<double>& b, size_t
   return e / std::max(m, floor);
 }
 
+template <class T> T to_t(float x) { if constexpr (std::is_same_v<T, float>) return x; else return from_float<T>(x); }
+template <class T> double to_d(T x) { if constexpr (std::is_same_v<T, float>) return x; else return to_float(x); }
+template <class T> T poison() { if constexpr (std::is_same_v<T, float>) return NAN; else return T{0x7fc0}; }
+template <class T> const char* type_name() { return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, bfloat16_t> ? "bf16" : "f16"; }
+
 template <class T>
 bool run(int B, int T_, int H, int hd, double amp) {
   const int d = H * hd;
   std::mt19937_64 rng(B * 1000 + T_ * 7 + hd);
   std::uniform_real_distribution<double> u(-1, 1);
   auto rnd = [&](size_t n, double a) { std::vector<T> x(n); std::vector<double> xd(n);
-    for (size_t i = 0; i < n; ++i) { x[i] = from_float<T>(float(a * u(rng))); xd[i] = to_float(x[i]); } return std::make_pair(x, xd); };
+    for (size_t i = 0; i < n; ++i) { x[i] = to_t<T>(float(a * u(rng))); xd[i] = to_d(x[i]); } return std::make_pair(x, xd); };
   auto [qkv, qkvd] = rnd(size_t(B) * T_ * 3 * d, amp);
   auto [dctx, dctxd] = rnd(size_t(B) * T_ * d, 1.0);
-  std::vector<T> ctx(size_t(B) * T_ * d, T{0x7fc0}), dqkv(qkv.size(), T{0x7fc0});
+  std::vector<T> ctx(size_t(B) * T_ * d, poison<T>()), dqkv(qkv.size(), poison<T>());
   std::vector<float> lse(size_t(B) * H * T_, NAN), delta(lse.size(), NAN);
   detail::FlashArgs<T> a; a.batch = B; a.seq = T_; a.d = d; a.heads = H;
   a.qkv = qkv.data(); a.out = ctx.data(); a.lse = lse.data();
-  if (std::string(detail::flash_attention_path(a)) != "tensor cores") { std::printf("not TC\n"); return false; }
+  const char* want = std::is_same_v<T, float> ? "f32 kernel" : "tensor cores";
+  if (std::string(detail::flash_attention_path(a)) != want) { std::printf("path is %s, not %s\n", detail::flash_attention_path(a), want); return false; }
   detail::flash_attention_forward_backend<T>(a);
   a.ctx = ctx.data(); a.dctx = dctx.data(); a.lse_in = lse.data(); a.delta = delta.data(); a.out = dqkv.data();
   detail::flash_attention_backward_backend<T>(a);
   Ref r = reference(qkvd, dctxd, B, T_, H, hd);
   std::vector<double> c(ctx.size()), l(lse.begin(), lse.end()), g(dqkv.size());
-  for (size_t i = 0; i < c.size(); ++i) c[i] = to_float(ctx[i]);
-  for (size_t i = 0; i < g.size(); ++i) g[i] = to_float(dqkv[i]);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = to_d(ctx[i]);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = to_d(dqkv[i]);
   size_t bad = 0; for (double x : c) bad += !std::isfinite(x); for (double x : g) bad += !std::isfinite(x); for (double x : l) bad += !std::isfinite(x);
   const double ec = relerr(c, r.ctx), el = relerr(l, r.lse, 1, 0, 0, 1.0);
   const double eq = relerr(g, r.dqkv, 3 * d, 0, d), ek = relerr(g, r.dqkv, 3 * d, d, d), ev = relerr(g, r.dqkv, 3 * d, 2 * d, d);
-  const double tol = std::is_same_v<T, bfloat16_t> ? 1.5e-2 : 3e-3;
+  const double tol = std::is_same_v<T, float> ? 2e-5 : std::is_same_v<T, bfloat16_t> ? 1.5e-2 : 3e-3;
   const bool ok = bad == 0 && std::max({ec, el, eq, ek, ev}) <= tol;
   std::printf("%s B%d T%d H%d hd%d amp%.0f: nonfinite %zu ctx %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
-              std::is_same_v<T, bfloat16_t> ? "bf16" : "f16", B, T_, H, hd, amp, bad, ec, el, eq, ek, ev, ok ? "ok" : "FAIL");
+              type_name<T>(), B, T_, H, hd, amp, bad, ec, el, eq, ek, ev, ok ? "ok" : "FAIL");
   return ok;
 }
 
@@ -106,11 +115,23 @@ int main(int argc, char** argv) {
   bool ok = true;
   struct C { int B, T, H, hd; double amp; };
   std::vector<C> cs = {{1, 1, 1, 64, 1}, {1, 7, 1, 128, 1}, {2, 65, 2, 64, 1}, {1, 130, 1, 128, 2}, {1, 64, 1, 64, 3}, {1, 200, 1, 128, 1}, {1, 100, 2, 64, 3}};
-  if (argc > 1) cs.resize(std::atoi(argv[1]));
-  for (auto c : cs) {
-    ok &= run<bfloat16_t>(c.B, c.T, c.H, c.hd, c.amp);
-    ok &= run<float16_t>(c.B, c.T, c.H, c.hd, c.amp);
+  // f32: both head dims at sequence lengths on and off the 64-row tile, batch
+  // and heads > 1, and larger scores (amp 3: max-subtraction matters).
+  std::vector<C> fs = {{1, 1, 1, 64, 1},   {1, 33, 2, 128, 1}, {2, 64, 1, 64, 1},
+                       {1, 65, 1, 128, 1}, {1, 100, 3, 64, 3}, {2, 129, 1, 128, 3},
+                       {1, 200, 1, 64, 1}, {1, 200, 1, 128, 2}};
+  const std::string only = argc > 2 ? argv[2] : "";
+  if (argc > 1 && std::atoi(argv[1]) > 0) {
+    cs.resize(std::min<size_t>(cs.size(), std::atoi(argv[1])));
+    fs.resize(std::min<size_t>(fs.size(), std::atoi(argv[1])));
   }
+  if (only != "f32")
+    for (auto c : cs) {
+      ok &= run<bfloat16_t>(c.B, c.T, c.H, c.hd, c.amp);
+      ok &= run<float16_t>(c.B, c.T, c.H, c.hd, c.amp);
+    }
+  if (only != "tc")
+    for (auto c : fs) ok &= run<float>(c.B, c.T, c.H, c.hd, c.amp);
   std::printf(ok ? "ALL OK\n" : "FAILURES\n");
   return ok ? 0 : 1;
 }

@@ -1,4 +1,5 @@
-// Host emulation of the CUDA primitives used by flash_attention_cuda.cpp:
+// Host emulation of the CUDA primitives used by flash_attention_cuda.cpp and
+// flash_attention_f32_cuda.cpp:
 // one std::thread per CUDA thread, barriers for __syncthreads and for the
 // warp-collective operations (shfl, ldmatrix, mma), synchronous cp.async.
 #pragma once
@@ -18,7 +19,7 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __align__(x)
 
 struct dim3 {
@@ -26,6 +27,8 @@ struct dim3 {
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 struct uint4 { unsigned x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };

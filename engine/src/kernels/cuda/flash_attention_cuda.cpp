@@ -1,8 +1,10 @@
 // CUDA fused-attention backend: cuDNN's fused attention for bfloat16_t /
 // float16_t where the build has it and it serves the shape
 // (flash_attention_cudnn.cpp); else kshard's own tensor-core kernels below
-// (mma.sync m16n8k16, f32 accumulate) at head dims 64 and 128; every other
-// case goes to the portable Kokkos kernel.
+// (mma.sync m16n8k16, f32 accumulate) at head dims 64 and 128; float at head
+// dims 64 and 128 goes to kshard's exact-f32 SIMT kernels
+// (flash_attention_f32_cuda.cpp); every other case goes to the portable
+// Kokkos kernel.
 //
 // Kernels (all 4 warps, 128 threads; each warp owns 16 rows of its tile):
 //   forward  block = (batch*head, query tile of 64). Q stays in registers;
@@ -36,6 +38,7 @@
 #include <type_traits>
 
 #include "kshard/engine/kernels/flash_attention.hpp"
+#include "flash_attention_f32_cuda.hpp"
 #include "kshard/error.hpp"
 #if defined(KSHARD_HAVE_CUDNN)
 #include "flash_attention_cudnn.hpp"
@@ -683,8 +686,9 @@ void backward_tc(const FlashArgs<T>& a) {
 }
 
 // cuDNN's fused attention where it serves these arguments, else tensor cores
-// where tensor_core_path says so (tc(args, integral_constant<hd>)), else the
-// portable kernel; tc is never instantiated for float/double.
+// where tensor_core_path says so (tc(args, integral_constant<hd>)), float on
+// the f32 kernels where flash_f32_serves says so, else the portable kernel;
+// tc is never instantiated for float/double.
 #if defined(KSHARD_HAVE_CUDNN)
 template <class T>
 CudnnAttentionArgs cudnn_args(const FlashArgs<T>& a) {
@@ -769,6 +773,16 @@ void dispatch(const FlashArgs<T>& a, bool backward, TensorCores tc,
       return;
     }
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (flash_f32_serves(a)) {
+      cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
+      if (backward)
+        flash_f32_backward(a, stream);
+      else
+        flash_f32_forward(a, stream);
+      return;
+    }
+  }
   portable(a);
 }
 
@@ -779,7 +793,11 @@ const char* flash_attention_path(const FlashArgs<T>& a) {
   // The forward's path (the backward's is the same unless cuDNN declines only
   // the backward graph of a shape).
   if (cudnn_path(a, false)) return "cuDNN";
-  return tensor_core_path(a) ? "tensor cores" : "portable kernel";
+  if (tensor_core_path(a)) return "tensor cores";
+  if constexpr (std::is_same_v<T, float>) {
+    if (flash_f32_serves(a)) return "f32 kernel";
+  }
+  return "portable kernel";
 }
 
 template <class T>

@@ -32,7 +32,9 @@
 // attention when built with the cuDNN frontend (head dims multiple of 8 up to
 // 128; engine/src/kernels/cuda/flash_attention_cudnn.cpp), else with head dims
 // 64 and 128 on kshard's tensor-core kernel (mma.sync, engine/src/kernels/cuda/),
-// and everything else on the portable Kokkos kernel (blocked, one team per
+// float with head dims 64 and 128 on kshard's exact-f32 SIMT kernel (FP32
+// FMA, no TF32; engine/src/kernels/cuda/flash_attention_f32_cuda.cpp), and
+// everything else on the portable Kokkos kernel (blocked, one team per
 // (batch, head, tile)); host builds run query blocks of 64 rows through the
 // BLAS (engine/src/kernels/host/).
 // Kernels run on the default execution space instance (on CUDA its stream)
@@ -101,8 +103,8 @@ template <class T>
 void flash_attention_backward_portable(const FlashArgs<T>& a);
 
 /// Which implementation the backend runs for these arguments: "cuDNN",
-/// "tensor cores", "portable kernel" (CUDA builds) or "host blocked GEMM"
-/// (host builds).
+/// "tensor cores", "f32 kernel", "portable kernel" (CUDA builds) or "host
+/// blocked GEMM" (host builds).
 template <class T>
 const char* flash_attention_path(const FlashArgs<T>& a);
 

@@ -31,18 +31,25 @@ namespace kshard {
 /// Process-wide choice of the attention core for the next forwards.
 /// automatic (the default; KSHARD_ATTENTION=fused|unfused|recompute overrides
 /// it): the fused kernel wherever it is the fast one, i.e. everywhere except
-/// f32/f64 on CUDA, where only the portable Kokkos kernel exists (no tensor
-/// cores; 7-14x slower than the cuBLAS-based unfused path on the H200,
-/// bench/attention): there, recompute.
+/// f64 on CUDA and f32 on CUDA at head dims other than 64 and 128, where only
+/// the portable Kokkos kernel exists (no tensor cores; 7-14x slower than the
+/// cuBLAS-based unfused path on the H200, bench/attention): there, recompute.
+/// f32 at head dims 64 and 128 runs kshard's exact-f32 CUDA kernel (FP32 FMA,
+/// no TF32), so the choice depends on the shape: see the overload below.
 enum class AttentionImpl { automatic, fused, unfused, recompute };
 void set_attention_impl(AttentionImpl impl) noexcept;
 AttentionImpl attention_impl() noexcept;
-/// The path a forward in compute type T takes now (automatic resolved).
+/// The path a forward in compute type T takes now (automatic resolved),
+/// shape-blind: for f32 on CUDA this is recompute (the shape-aware overload
+/// below may still pick fused).
 template <class T>
 AttentionImpl resolved_attention_impl() noexcept;
-/// Whether a forward in compute type T uses the fused kernel now.
+/// The path a forward in compute type T of this shape takes now: as above,
+/// except that automatic f32 on CUDA resolves to fused where the fused backend
+/// has a kernel of its own for the shape (not the portable one).
 template <class T>
-bool uses_fused_attention() noexcept;
+AttentionImpl resolved_attention_impl(std::int64_t batch, std::int64_t seq, std::int64_t d_model,
+                                      std::int64_t heads) noexcept;
 
 template <class T>
 class CausalSelfAttention final : public Layer<T> {
