@@ -68,6 +68,14 @@ BOOST_AUTO_TEST_CASE(linear) {
   compare(f, d, {2, 4, 8}, input({2, 4, 8}));
 }
 
+BOOST_AUTO_TEST_CASE(linear_bias_epilogue) {
+  // Sizes multiples of 8: on CUDA the bias is added in cuBLASLt's epilogue
+  // (exact f32 compute), as LayerNormMLP's fc1 takes the bias + GELU one.
+  Linear<float> f(16, 24);
+  Linear<double> d(16, 24);
+  compare(f, d, {2, 8, 16}, input({2, 8, 16}));
+}
+
 BOOST_AUTO_TEST_CASE(layer_norm) {
   LayerNorm<float> f(8);
   LayerNorm<double> d(8);
@@ -102,6 +110,14 @@ BOOST_AUTO_TEST_CASE(transformer_layer) {
   TransformerLayer<float> f(8, 2, 16);
   TransformerLayer<double> d(8, 2, 16);
   compare(f, d, {2, 5, 8}, input({2, 5, 8}));
+}
+
+BOOST_AUTO_TEST_CASE(transformer_layer_head_dim_64) {
+  // Head dim 64, seq not a multiple of 64: on CUDA the fused f32 attention
+  // kernel (automatic path) inside the whole layer, with the epilogues.
+  TransformerLayer<float> f(128, 2, 256);
+  TransformerLayer<double> d(128, 2, 256);
+  compare(f, d, {2, 70, 128}, input({2, 70, 128}));
 }
 
 BOOST_AUTO_TEST_CASE(embedding) {

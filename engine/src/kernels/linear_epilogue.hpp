@@ -6,9 +6,10 @@
 //   y[rows, out] = x[rows, in] W[out, in]^T + b            (LinearEpilogue::bias)
 //   pre = x W^T + b,  y = gelu_tanh(pre)                    (LinearEpilogue::bias_gelu)
 //
-// CUDA, 16-bit T: one cuBLASLt matmul (CUBLASLT_EPILOGUE_BIAS / GELU_AUX_BIAS,
-// the same tanh GELU as kshard's kernel; f32 accumulation). Elsewhere the
-// backend declines and the caller runs the GEMM and its elementwise kernel.
+// CUDA, 16-bit T and f32: one cuBLASLt matmul (CUBLASLT_EPILOGUE_BIAS /
+// GELU_AUX_BIAS, the same tanh GELU as kshard's kernel; f32 accumulation, f32
+// exact unless TF32 is allowed). Elsewhere (f64, host) the backend declines
+// and the caller runs the GEMM and its elementwise kernel.
 #include <cstdint>
 
 namespace kshard::detail {

@@ -1,7 +1,9 @@
 // CUDA backend of linear_epilogue.hpp: one cuBLASLt matmul whose epilogue adds
 // the bias (and applies GELU, keeping the pre-activation as the epilogue's
-// auxiliary output), for bf16/f16 operands with f32 accumulation. f32 and f64
-// decline: their GEMMs stay on cublasGemmEx (exact f32 unless TF32 is on).
+// auxiliary output), for bf16/f16 operands with f32 accumulation and for f32
+// (exact f32 compute unless TF32 is allowed, as cublasGemmEx in
+// gemm_cublas.cpp: the same products, with the bias / GELU pass folded in).
+// f64 declines.
 //
 // Row-major y[rows, out] = x[rows, in] W[out, in]^T is, column-major,
 // y^T[out, rows] = (W as [in, out])^T x^T: A = W with op T, B = x with op N,
@@ -24,6 +26,7 @@
 #include <type_traits>
 
 #include "../linear_epilogue.hpp"
+#include "kshard/engine/kernels/gemm.hpp"
 #include "kshard/error.hpp"
 #include "kshard/numeric/compute.hpp"
 
@@ -109,7 +112,25 @@ void ensure_handle(State& s) {
 template <class T>
 cudaDataType_t cuda_type() {
   if constexpr (std::is_same_v<T, bfloat16_t>) return CUDA_R_16BF;
+  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
   return CUDA_R_16F;
+}
+
+// f32 follows the TF32 switch (kshard::set_allow_tf32); 16-bit operands
+// always accumulate in f32.
+template <class T>
+cublasComputeType_t compute_type() {
+  if constexpr (std::is_same_v<T, float>)
+    return allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  return CUBLAS_COMPUTE_32F;
+}
+
+// Plan key's type field: the operand type, and for f32 whether TF32 is on.
+template <class T>
+int type_key() {
+  if constexpr (std::is_same_v<T, bfloat16_t>) return 0;
+  if constexpr (std::is_same_v<T, float16_t>) return 1;
+  return allow_tf32() ? 3 : 2;
 }
 
 template <class T>
@@ -117,7 +138,7 @@ Plan make_plan(State& s, std::int64_t rows, std::int64_t in, std::int64_t out,
                LinearEpilogue e, const Key& key) {
   Plan p;
   const cudaDataType_t t = cuda_type<T>();
-  check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  check(cublasLtMatmulDescCreate(&p.desc, compute_type<T>(), CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
@@ -173,7 +194,7 @@ Plan make_plan(State& s, std::int64_t rows, std::int64_t in, std::int64_t out,
 template <class T>
 bool linear_epilogue_backend(std::int64_t rows, std::int64_t in, std::int64_t out, const T* x,
                              const T* w, const T* b, T* y, LinearEpilogue e, T* pre) {
-  if constexpr (!std::is_same_v<T, bfloat16_t> && !std::is_same_v<T, float16_t>) {
+  if constexpr (std::is_same_v<T, double>) {
     (void)rows, (void)in, (void)out, (void)x, (void)w, (void)b, (void)y, (void)e, (void)pre;
     return false;
   } else {
@@ -186,7 +207,7 @@ bool linear_epilogue_backend(std::int64_t rows, std::int64_t in, std::int64_t ou
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     ensure_handle(s);
-    const Key key{std::is_same_v<T, bfloat16_t> ? 0 : 1, rows, in, out, int(e),
+    const Key key{type_key<T>(), rows, in, out, int(e),
                   alignment(x), alignment(w), alignment(b), alignment(y),
                   e == LinearEpilogue::bias_gelu ? alignment(pre) : 256u};
     auto it = s.plans.find(key);

@@ -31,7 +31,7 @@ class Linear final : public Layer<T> {
                 Kokkos::View<T*> dx) override;
   void release() override;
   /// forward, then GELU (tanh): pre = x W^T + b (kept by the caller for
-  /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T one
+  /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T or f32 one
   /// cuBLASLt call (bias and GELU in the GEMM's epilogue); elsewhere the GEMM
   /// and two elementwise passes. backward() is the Linear's alone (dy w.r.t.
   /// pre): the caller applies GELU's backward first.
