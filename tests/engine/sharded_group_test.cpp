@@ -103,9 +103,13 @@ BOOST_AUTO_TEST_CASE(padding_only_ranks_exist_at_four_ranks) {
   KSHARD_CHECK_ALL(g.index().shard_numel() * P == g.index().flat_numel());
 }
 
-// Closed form: rank q sets gradient element j of the flat buffer to
-// (j % 11) + q; the average over P ranks is (j % 11) + (P - 1) / 2, exact in
-// f32 and f16 (halves of small integers) for the f32 / f16 reduce dtypes.
+// Closed form: rank q adds (j % 11) + q to gradient element j of the flat
+// buffer, as a layer's backward accumulates into the unsharded gradients; the
+// average over P ranks is (j % 11) + (P - 1) / 2, exact in f32 and f16
+// (halves of small integers) for the f32 / f16 reduce dtypes. At one rank
+// with an f32 reduction the unsharded gradients are the shard itself, so the
+// second pass adds to the first's result there; either way the shard holds
+// pass x the average.
 BOOST_DATA_TEST_CASE(reduce_scatter_averages_over_all_ranks,
                      bdata::xrange(4) * bdata::xrange(2) * bdata::xrange(2), recipe_i, tiny, hsdp) {
   const int P = kt::world_size();
@@ -118,9 +122,9 @@ BOOST_DATA_TEST_CASE(reduce_scatter_averages_over_all_ranks,
   for (int pass = 1; pass <= 2; ++pass) {  // the second pass accumulates
     const auto& grads = g.unsharded_grads();
     for (std::size_t i = 0; i < grads.size(); ++i) {
-      auto h = Kokkos::create_mirror_view(grads[i]);
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grads[i]);
       for (std::int64_t j = 0; j < std::int64_t(h.extent(0)); ++j)
-        h(j) = float((idx.entry(i).offset + j) % 11 + kt::world_rank());
+        h(j) += float((idx.entry(i).offset + j) % 11 + kt::world_rank());
       Kokkos::deep_copy(grads[i], h);
     }
     g.reduce_grads();

@@ -143,7 +143,16 @@ void ShardedGroup::reshard() {
 }
 
 const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
-  if (!grad_full_) {
+  if (!grad_views_.empty()) return grad_views_;
+  if (reduce_wire_->accumulates_in_shard(context())) {
+    // The shard is the whole flat gradient here (one rank, one replica): the
+    // layers accumulate into it (zeroed first if zero_grad() is pending).
+    Kokkos::View<float*> shard = grad();
+    for (const ParamEntry& e : index_.entries())
+      grad_views_.push_back(Kokkos::subview(
+          shard, std::make_pair(std::size_t(e.offset), std::size_t(e.offset + e.numel))));
+    grads_in_shard_ = true;
+  } else {
     const std::size_t flat = std::size_t(index_.flat_numel());
     grad_full_ = memory::acquire(4 * flat, (name_ + ".grad_full").c_str());
     fill<float>(grad_full_.view<float>(flat), 0.0f);
@@ -158,6 +167,12 @@ const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
 void ShardedGroup::start_reduce_grads() {
   if (reduce_started_) return;
   unsharded_grads();  // a rank with nothing to add still takes part, with zeros
+  reduce_started_ = true;
+  if (grads_in_shard_) {  // accumulated in place: finish() computes statistics only
+    reduce_write_ = GradWrite::none;
+    reduce_req_ = Request();
+    return;
+  }
   // A shard zeroed by zero_grad() is written, not added to.
   reduce_write_ = grad_zero_pending_ ? GradWrite::assign : GradWrite::add;
   grad_zero_pending_ = false;
@@ -166,7 +181,6 @@ void ShardedGroup::start_reduce_grads() {
     grad_views_.clear();
     grad_full_.reset();
   }
-  reduce_started_ = true;
 }
 
 void ShardedGroup::finish_reduce_grads() {
@@ -183,6 +197,7 @@ void ShardedGroup::finish_reduce_grads() {
   // later user of the block is ordered after it.
   grad_views_.clear();
   grad_full_.reset();
+  grads_in_shard_ = false;
 }
 
 Kokkos::View<float*> ShardedGroup::grad() const {
@@ -209,6 +224,15 @@ std::vector<float> ShardedGroup::gather_master() const {
 }
 
 void ShardedGroup::zero_grad() {
+  if (grads_in_shard_) {
+    // Backward has accumulated into the shard and it is not reduced yet
+    // (no_sync micro-batches): those gradients are the shard, so they go
+    // too, now (as FSDP2's zero_grad drops unsharded gradients).
+    fill<float>(grad_, 0.0f);
+    grad_zero_pending_ = false;
+    fill<double>(grad_stats_, 0.0);
+    return;
+  }
   grad_zero_pending_ = true;  // the next reduction writes the shard (no fill now)
   fill<double>(grad_stats_, 0.0);
 }

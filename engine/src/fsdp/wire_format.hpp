@@ -81,6 +81,11 @@ class ReduceWire {
   /// One rank per shard and a reduction that needs no collective of the
   /// shard dimension: the gradient is accumulated from `full` directly.
   virtual bool reduces_locally(const ShardContext&) const { return false; }
+  /// Whether the layers may accumulate straight into the gradient shard (the
+  /// unsharded gradient IS the shard: one rank per shard, one replica, an f32
+  /// reduction). The group then hands out Views of the shard and calls only
+  /// finish() with an empty `full` and GradWrite::none (statistics only).
+  virtual bool accumulates_in_shard(const ShardContext&) const { return false; }
   /// Starts the reduce-scatter (avg) of `full` (f32, the padded flat size).
   /// `write` is how the result lands in the gradient shard (add, or assign
   /// after zero_grad); a format that reduce-scatters into the shard itself

@@ -2,13 +2,18 @@
 // reduce-scattered (avg) as it is, in f32, so the shard gets the exact f32
 // average of the layers' f32 gradients.
 //
-// Two shortcuts:
+// Three shortcuts:
 // - After zero_grad() (GradWrite::assign) the reduce-scatter lands in the
 //   gradient shard itself: no receive buffer, no accumulation pass.
 // - One rank per shard: avg over one rank is the identity, so there is no
 //   reduce-scatter at all (NCCL would copy the whole gradient: 2.3 ms of a
 //   38 ms step at 536M parameters on the H200); finish() accumulates from the
 //   unsharded gradient itself (the replicate all-reduce, if any, still runs).
+// - One rank per shard and one replica: nothing to average at all, so the
+//   layers accumulate into the gradient shard itself (accumulates_in_shard):
+//   no unsharded f32 gradient buffer (two units' worth at the peak: 384 MiB
+//   at 536M parameters) and no accumulation pass; finish() computes the
+//   statistics only.
 #include "wire_format.hpp"
 
 namespace kshard::detail {
@@ -17,6 +22,9 @@ namespace {
 class F32Reduce final : public ReduceWire {
  public:
   bool reduces_locally(const ShardContext& c) const override { return c.shard_comm.size() == 1; }
+  bool accumulates_in_shard(const ShardContext& c) const override {
+    return reduces_locally(c) && c.replicate_comm.size() <= 1;
+  }
 
   Request start(const ShardContext& c, const memory::Block& full, GradWrite& write) override {
     auto sent = full.view<float>(c.flat());
@@ -32,14 +40,13 @@ class F32Reduce final : public ReduceWire {
 
   void finish(const ShardContext& c, const memory::Block& full, GradWrite write) override {
     const std::size_t shard = c.shard();
-    // What is added to (or assigned to) the shard; none when the
-    // reduce-scatter wrote the shard itself (start() never sets
-    // GradWrite::none when the reduction is local).
+    // What is added to (or assigned to) the shard; none when the shard holds
+    // the result already (the reduce-scatter wrote it, or the layers
+    // accumulated into it: accumulates_in_shard).
     Kokkos::View<float*> r;
-    if (reduces_locally(c))
-      r = full.view<float>(shard);  // shard == flat
-    else if (write != GradWrite::none)
-      r = recv_.view<float>(shard);
+    if (write != GradWrite::none)
+      r = reduces_locally(c) ? full.view<float>(shard)  // shard == flat
+                             : recv_.view<float>(shard);
     // (HSDP) the replicas' average lands where the shard's new values are.
     average_over_replicas<float>(c, write == GradWrite::none ? c.grad : r);
     // GradWrite::none: r is empty, only the shard's statistics are computed.

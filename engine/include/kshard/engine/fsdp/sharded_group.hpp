@@ -113,8 +113,11 @@ class ShardedGroup {
   // ---- gradients ----
   /// Full-size f32 gradient Views (acquired and zeroed on first use; kept
   /// across backward passes until reduced, so no_sync micro-batches accumulate).
+  /// With one rank per shard, one replica and an f32 reduction they are Views
+  /// of the gradient shard itself (nothing to reduce: no second buffer); a
+  /// zero_grad() before the reduction then also drops what they accumulated.
   const std::vector<Kokkos::View<float*>>& unsharded_grads();
-  bool has_unsharded_grads() const noexcept { return bool(grad_full_); }
+  bool has_unsharded_grads() const noexcept { return !grad_views_.empty(); }
   void start_reduce_grads();
   void finish_reduce_grads();
   void reduce_grads() {
@@ -173,8 +176,9 @@ class ShardedGroup {
   bool unsharded_ = false;
 
   // Gradient reduction.
-  memory::Block grad_full_;  // f32 unsharded gradient
+  memory::Block grad_full_;  // f32 unsharded gradient (unless grads_in_shard_)
   std::vector<Kokkos::View<float*>> grad_views_;
+  bool grads_in_shard_ = false;  // grad_views_ are Views of grad_ (accumulates_in_shard)
   Request reduce_req_;
   bool reduce_started_ = false;
   mutable bool grad_zero_pending_ = false;  // zero_grad() without a fill yet
