@@ -82,6 +82,17 @@ BOOST_AUTO_TEST_CASE(layer_norm) {
   compare(f, d, {2, 4, 8}, input({2, 4, 8}));
 }
 
+BOOST_AUTO_TEST_CASE(layer_norm_wide_rows) {
+  // Row widths the CUDA row kernels hold in registers at 4, 12 and 16
+  // 16-byte chunks per lane (512, 1536 and 2048 floats: 2048 is the large
+  // benchmark model's width).
+  for (std::int64_t w : {512, 1536, 2048}) {
+    LayerNorm<float> f(w);
+    LayerNorm<double> d(w);
+    compare(f, d, {1, 3, w}, input({1, 3, w}));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(gelu) {
   Gelu<float> f(8);
   Gelu<double> d(8);

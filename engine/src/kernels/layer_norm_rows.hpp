@@ -7,8 +7,8 @@
 // dy are read from memory once and the statistics come from warp shuffles,
 // not from a team reduction through shared memory per statistic. It serves
 // float / bfloat16_t / float16_t rows whose width is a multiple of 32 lanes x
-// 16 bytes and at most 8 such chunks per lane (d = 256 .. 2048 for the 16-bit
-// types, 128 .. 1024 for f32) with 16-byte-aligned pointers; everything else,
+// 16 bytes and at most 16 such chunks per lane (d = 256 .. 4096 for the 16-bit
+// types, 128 .. 2048 for f32) with 16-byte-aligned pointers; everything else,
 // and every host build, runs the portable kernels (the backend declines).
 // Same arithmetic as the portable kernels (f32 statistics, two-pass variance,
 // one rounding per stored element), a different summation order.

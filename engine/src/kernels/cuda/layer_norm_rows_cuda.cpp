@@ -26,6 +26,9 @@ namespace kshard::detail {
 namespace {
 
 constexpr int kWarps = 8;
+// Chunks per lane at most: rows up to 2048 f32 / 4096 bf16 elements (the
+// backward then holds 2 x 64 f32 values of x and dy per lane in registers).
+constexpr int kMaxChunks = 16;
 
 using cuda_rows::Chunk;
 using cuda_rows::kVec;
@@ -148,14 +151,14 @@ int chunks(std::int64_t d) {
     return 0;
   } else {
     const std::int64_t per = 32 * kVec<T>;
-    if (d % per != 0 || d / per < 1 || d / per > 8) return 0;
+    if (d % per != 0 || d / per < 1 || d / per > kMaxChunks) return 0;
     return static_cast<int>(d / per);
   }
 }
 
 template <int N, class F>
 void with_n(int n, F f) {
-  if constexpr (N <= 8) {
+  if constexpr (N <= kMaxChunks) {
     if (n == N) return f(std::integral_constant<int, N>());
     with_n<N + 1>(n, f);
   }
