@@ -301,27 +301,24 @@ BOOST_AUTO_TEST_CASE(float_vs_unfused) { check_against_reference<float>("float")
 BOOST_AUTO_TEST_CASE(bfloat16_vs_unfused) { check_against_reference<bfloat16_t>("bf16"); }
 BOOST_AUTO_TEST_CASE(float16_vs_unfused) { check_against_reference<float16_t>("f16"); }
 
-// No atomics anywhere: two runs on the same inputs agree bit for bit.
-BOOST_AUTO_TEST_CASE(backward_is_deterministic) {
-  const Case c{2, 130, 4, 64, 1.0};
-  std::mt19937_64 rng(5);
+// Two backward runs of T on the same random inputs of case c agree bit for bit.
+template <class T>
+bool backward_repeats_bitwise(const Case& c, std::mt19937_64& rng) {
   const std::int64_t d = c.heads * c.hd, rows = c.batch * c.seq;
   const HostVec qkv = random_vec(static_cast<std::size_t>(rows * 3 * d), rng);
   const HostVec dctx = random_vec(static_cast<std::size_t>(rows * d), rng);
-  const HostVec a = backward_bits<bfloat16_t>(c, qkv, dctx);
-  const HostVec b = backward_bits<bfloat16_t>(c, qkv, dctx);
-  BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-  const HostVec fa = backward_bits<float>(c, qkv, dctx);
-  const HostVec fb = backward_bits<float>(c, qkv, dctx);
-  BOOST_TEST(std::memcmp(fa.data(), fb.data(), fa.size() * sizeof(double)) == 0);
+  const HostVec a = backward_bits<T>(c, qkv, dctx);
+  const HostVec b = backward_bits<T>(c, qkv, dctx);
+  return std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+// No atomics anywhere: two runs on the same inputs agree bit for bit.
+BOOST_AUTO_TEST_CASE(backward_is_deterministic) {
+  std::mt19937_64 rng(5);
+  BOOST_TEST(backward_repeats_bitwise<bfloat16_t>(Case{2, 130, 4, 64, 1.0}, rng));
+  BOOST_TEST(backward_repeats_bitwise<float>(Case{2, 130, 4, 64, 1.0}, rng));
   // Head dim 128 (the f32 CUDA kernel's other instantiation), seq off the tile.
-  const Case c2{2, 129, 2, 128, 1.0};
-  const std::int64_t d2 = c2.heads * c2.hd, rows2 = c2.batch * c2.seq;
-  const HostVec qkv2 = random_vec(static_cast<std::size_t>(rows2 * 3 * d2), rng);
-  const HostVec dctx2 = random_vec(static_cast<std::size_t>(rows2 * d2), rng);
-  const HostVec ga = backward_bits<float>(c2, qkv2, dctx2);
-  const HostVec gb = backward_bits<float>(c2, qkv2, dctx2);
-  BOOST_TEST(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(double)) == 0);
+  BOOST_TEST(backward_repeats_bitwise<float>(Case{2, 129, 2, 128, 1.0}, rng));
 }
 
 BOOST_AUTO_TEST_CASE(bad_arguments_throw) {

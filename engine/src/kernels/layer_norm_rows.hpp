@@ -29,3 +29,14 @@ bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* 
                               std::int64_t d);
 
 }  // namespace kshard::detail
+
+/// A backend's explicit instantiation of both row kernels for compute type T
+/// (with KSHARD_FOR_EACH_COMPUTE_TYPE).
+#define KSHARD_INSTANTIATE_LN_ROWS(T)                                                        \
+  template bool layer_norm_forward_rows<T, accum_t<T>>(const T*, const T*, const T*, T*,    \
+                                                       accum_t<T>*, accum_t<T>*,             \
+                                                       std::int64_t, std::int64_t, double);  \
+  template bool layer_norm_backward_rows<T, accum_t<T>>(const T*, const T*, const T*,       \
+                                                        const accum_t<T>*, const accum_t<T>*, \
+                                                        T*, accum_t<T>*, std::int64_t,        \
+                                                        std::int64_t);

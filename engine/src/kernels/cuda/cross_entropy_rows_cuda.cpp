@@ -137,18 +137,6 @@ bool cross_entropy_rows(const T* logits, std::int64_t rows, std::int64_t vocab,
   }
 }
 
-#define KSHARD_CE_ROWS_INSTANTIATE(T, Target)                                                  \
-  template bool cross_entropy_rows<T, Target>(const T*, std::int64_t, std::int64_t,           \
-                                              const Target*, T*, double, const double*, double*);
-// The (logits, target) pairs loss.cpp instantiates.
-KSHARD_CE_ROWS_INSTANTIATE(float, std::int32_t)
-KSHARD_CE_ROWS_INSTANTIATE(float, std::int64_t)
-KSHARD_CE_ROWS_INSTANTIATE(float, float)
-KSHARD_CE_ROWS_INSTANTIATE(double, std::int32_t)
-KSHARD_CE_ROWS_INSTANTIATE(double, std::int64_t)
-KSHARD_CE_ROWS_INSTANTIATE(double, double)
-KSHARD_CE_ROWS_INSTANTIATE(bfloat16_t, std::int32_t)
-KSHARD_CE_ROWS_INSTANTIATE(float16_t, std::int32_t)
-#undef KSHARD_CE_ROWS_INSTANTIATE
+KSHARD_FOR_EACH_CE_PAIR(KSHARD_INSTANTIATE_CE_ROWS)
 
 }  // namespace kshard::detail

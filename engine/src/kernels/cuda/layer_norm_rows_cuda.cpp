@@ -216,15 +216,6 @@ bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* 
   }
 }
 
-#define KSHARD_LN_ROWS_INSTANTIATE(T)                                                        \
-  template bool layer_norm_forward_rows<T, accum_t<T>>(const T*, const T*, const T*, T*,    \
-                                                       accum_t<T>*, accum_t<T>*,             \
-                                                       std::int64_t, std::int64_t, double);  \
-  template bool layer_norm_backward_rows<T, accum_t<T>>(const T*, const T*, const T*,       \
-                                                        const accum_t<T>*, const accum_t<T>*, \
-                                                        T*, accum_t<T>*, std::int64_t,        \
-                                                        std::int64_t);
-KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LN_ROWS_INSTANTIATE)
-#undef KSHARD_LN_ROWS_INSTANTIATE
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LN_ROWS)
 
 }  // namespace kshard::detail

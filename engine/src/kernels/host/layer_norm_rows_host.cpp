@@ -19,15 +19,6 @@ bool layer_norm_backward_rows(const T*, const T*, const T*, const A*, const A*, 
   return false;
 }
 
-#define KSHARD_LN_ROWS_INSTANTIATE(T)                                                        \
-  template bool layer_norm_forward_rows<T, accum_t<T>>(const T*, const T*, const T*, T*,    \
-                                                       accum_t<T>*, accum_t<T>*,             \
-                                                       std::int64_t, std::int64_t, double);  \
-  template bool layer_norm_backward_rows<T, accum_t<T>>(const T*, const T*, const T*,       \
-                                                        const accum_t<T>*, const accum_t<T>*, \
-                                                        T*, accum_t<T>*, std::int64_t,        \
-                                                        std::int64_t);
-KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_LN_ROWS_INSTANTIATE)
-#undef KSHARD_LN_ROWS_INSTANTIATE
+KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_LN_ROWS)
 
 }  // namespace kshard::detail
