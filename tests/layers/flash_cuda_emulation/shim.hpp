@@ -36,6 +36,10 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorName(cudaError_t) { return "x"; }
 inline const char* cudaGetErrorString(cudaError_t) { return "x"; }
 template <class F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin };
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+// An H100 / H200's opt-in shared memory per block (227 KiB).
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) { *v = 232448; return cudaSuccess; }
 inline cudaStream_t emu_stream() { return nullptr; }
 
 class Barrier {

@@ -476,11 +476,25 @@ dim3 tile_grid(const FlashArgs<float>& a) {
               static_cast<unsigned>((a.seq + kTile - 1) / kTile));
 }
 
+// Dynamic shared memory of each kernel (bytes).
+template <int HD>
+struct Smem {
+  static constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p;
+  // Forward: Q, K (then P), V tiles.
+  static constexpr std::size_t fwd = 3 * kTile * LD * sizeof(float);
+  // dK/dV: K, V, Q, dO tiles + P^T, dS^T + lse, delta of the chunk.
+  static constexpr std::size_t dkdv =
+      (4 * kTile * LD + 2 * kTile * LDP + 2 * kTile) * sizeof(float);
+  // dQ: Q, dO, K, V tiles + dS.
+  static constexpr std::size_t dq = (4 * kTile * LD + kTile * LDP) * sizeof(float);
+  static constexpr std::size_t most = fwd > dkdv ? (fwd > dq ? fwd : dq) : (dkdv > dq ? dkdv : dq);
+};
+
 template <int HD>
 void forward(const FlashArgs<float>& a, cudaStream_t stream) {
   FwdParams p{a.qkv, a.out, a.lse, a.seq, a.d, a.heads, 1.f / std::sqrt(float(HD)), 0.f};
   p.scale_log2 = p.scale * kLog2e;
-  const std::size_t smem = 3 * kTile * Ld<HD>::op * sizeof(float);
+  const std::size_t smem = Smem<HD>::fwd;
   launch_tiles(flash_f32_forward_kernel<HD>, "kshard flash_f32_forward_kernel", tile_grid(a),
                smem, stream, p);
 }
@@ -497,15 +511,10 @@ void backward(const FlashArgs<float>& a, cudaStream_t stream) {
                 "batch*seq*heads below 2^39");
   flash_f32_delta_kernel<HD><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n);
   check_launch("kshard flash_f32_delta_kernel");
-  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p;
-  // dK/dV: K, V, Q, dO tiles + P^T, dS^T + lse, delta of the chunk.
-  const std::size_t smem_kv = (4 * kTile * LD + 2 * kTile * LDP + 2 * kTile) * sizeof(float);
-  launch_tiles(flash_f32_dkdv_kernel<HD>, "kshard flash_f32_dkdv_kernel", tile_grid(a), smem_kv,
+  launch_tiles(flash_f32_dkdv_kernel<HD>, "kshard flash_f32_dkdv_kernel", tile_grid(a),
+               Smem<HD>::dkdv, stream, p);
+  launch_tiles(flash_f32_dq_kernel<HD>, "kshard flash_f32_dq_kernel", tile_grid(a), Smem<HD>::dq,
                stream, p);
-  // dQ: Q, dO, K, V tiles + dS.
-  const std::size_t smem_q = (4 * kTile * LD + kTile * LDP) * sizeof(float);
-  launch_tiles(flash_f32_dq_kernel<HD>, "kshard flash_f32_dq_kernel", tile_grid(a), smem_q, stream,
-               p);
 }
 
 }  // namespace
@@ -513,6 +522,17 @@ void backward(const FlashArgs<float>& a, cudaStream_t stream) {
 bool flash_f32_serves(const FlashArgs<float>& a) {
   const std::int64_t hd = a.head_dim();
   if (hd != 64 && hd != 128) return false;
+  // The kernels' shared memory must fit the current GPU's per-block opt-in
+  // limit (hd 128's dK/dV kernel takes 167 KiB: an H100/H200 has 227, an
+  // A100 163): else the portable kernel serves, rather than a failed launch.
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();  // clear it: nothing was launched
+    return false;
+  }
+  if ((hd == 64 ? Smem<64>::most : Smem<128>::most) > static_cast<std::size_t>(optin)) return false;
   // float4 loads and stores: every row start must be 16-byte aligned, which
   // d % 4 == 0 (true for these hd) and aligned bases give.
   for (const void* ptr : {static_cast<const void*>(a.qkv), static_cast<const void*>(a.ctx),

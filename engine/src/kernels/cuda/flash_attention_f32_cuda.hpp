@@ -9,7 +9,8 @@
 namespace kshard::detail {
 
 /// Whether the f32 kernels serve these arguments: head dim 64 or 128,
-/// 16-byte aligned pointers, at most 65535 tiles of 64 rows.
+/// 16-byte aligned pointers, at most 65535 tiles of 64 rows, and the
+/// kernels' shared memory within the current GPU's per-block limit.
 bool flash_f32_serves(const FlashArgs<float>& a);
 
 /// Forward (ctx, lse) and backward (delta, then dqkv) on `stream`, not fenced.
