@@ -18,6 +18,7 @@
 
 #include "../cross_entropy_rows.hpp"
 #include "kshard/error.hpp"
+#include "launch.hpp"
 #include "row_vector.hpp"
 #include "kshard/numeric/compute.hpp"
 
@@ -29,7 +30,7 @@ constexpr int kThreads = 256;
 using cuda_rows::Chunk;
 using cuda_rows::kVec;
 using cuda_rows::aligned16;
-using cuda_rows::check_launch;
+using cuda_launch::check_launch;
 
 struct MaxSum {
   float m, s;

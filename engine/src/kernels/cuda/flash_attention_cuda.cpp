@@ -39,6 +39,7 @@
 
 #include "kshard/engine/kernels/flash_attention.hpp"
 #include "flash_attention_f32_cuda.hpp"
+#include "launch.hpp"
 #include "kshard/error.hpp"
 #if defined(KSHARD_HAVE_CUDNN)
 #include "flash_attention_cudnn.hpp"
@@ -593,27 +594,14 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(const BwdParams p) {
 
 // --- launch -----------------------------------------------------------------
 
-void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(std::string("launching ") + kernel + ": " + cudaGetErrorName(e) + " (" +
-                    cudaGetErrorString(e) + ")",
-                "cudaSuccess");
-}
+using cuda_launch::check_launch;
 
-// Dynamic shared memory above 48 KiB must be opted into per kernel (cheap:
-// done on every launch so that it also holds after a device reset).
+// Every tile kernel: kThreads threads, dynamic shared memory, the Kokkos stream.
 template <class Kernel, class Params>
 void launch_tiles(Kernel kernel, const char* name, dim3 grid, std::size_t smem,
                   const Params& params) {
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem));
-  if (e != cudaSuccess)
-    throw Error(std::string("cudaFuncSetAttribute(") + name + ", " + std::to_string(smem) +
-                    " B shared): " + cudaGetErrorName(e),
-                "a GPU with that much shared memory per block (sm_80 or newer)");
-  kernel<<<grid, kThreads, smem, Kokkos::DefaultExecutionSpace().cuda_stream()>>>(params);
-  check_launch(name);
+  cuda_launch::launch_with_smem(kernel, name, grid, kThreads, smem,
+                                Kokkos::DefaultExecutionSpace().cuda_stream(), params);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

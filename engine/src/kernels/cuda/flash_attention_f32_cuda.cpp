@@ -44,6 +44,7 @@
 
 #include "flash_attention_f32_cuda.hpp"
 #include "kshard/error.hpp"
+#include "launch.hpp"
 
 namespace kshard::detail {
 namespace {
@@ -446,27 +447,13 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
 
 // --- launch -----------------------------------------------------------------
 
-void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(std::string("launching ") + kernel + ": " + cudaGetErrorName(e) + " (" +
-                    cudaGetErrorString(e) + ")",
-                "cudaSuccess");
-}
+using cuda_launch::check_launch;
 
-// Dynamic shared memory above 48 KiB must be opted into per kernel (cheap:
-// done on every launch so that it also holds after a device reset).
+// Every tile kernel: kThreads threads and dynamic shared memory.
 template <class Kernel, class Params>
 void launch_tiles(Kernel kernel, const char* name, dim3 grid, std::size_t smem,
                   cudaStream_t stream, const Params& params) {
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem));
-  if (e != cudaSuccess)
-    throw Error(std::string("cudaFuncSetAttribute(") + name + ", " + std::to_string(smem) +
-                    " B shared): " + cudaGetErrorName(e),
-                "a GPU with that much shared memory per block (sm_80 or newer)");
-  kernel<<<grid, kThreads, smem, stream>>>(params);
-  check_launch(name);
+  cuda_launch::launch_with_smem(kernel, name, grid, kThreads, smem, stream, params);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

@@ -19,6 +19,7 @@
 
 #include "../layer_norm_rows.hpp"
 #include "kshard/error.hpp"
+#include "launch.hpp"
 #include "row_vector.hpp"
 #include "kshard/numeric/compute.hpp"
 
@@ -33,7 +34,7 @@ constexpr int kMaxChunks = 16;
 using cuda_rows::Chunk;
 using cuda_rows::kVec;
 using cuda_rows::aligned16;
-using cuda_rows::check_launch;
+using cuda_launch::check_launch;
 
 __device__ __forceinline__ float warp_sum(float s) {
 #pragma unroll

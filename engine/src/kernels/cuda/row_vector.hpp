@@ -1,13 +1,10 @@
 #pragma once
 // What the CUDA row kernels (layer_norm_rows_cuda.cpp, cross_entropy_rows_cuda.cpp)
-// share: 16-byte vectors of a storage type, their alignment test, and the
-// launch check. Private to the engine's CUDA backend.
+// share: 16-byte vectors of a storage type and their alignment test (the
+// launch check is launch.hpp's). Private to the engine's CUDA backend.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <string>
-
-#include "kshard/error.hpp"
 
 namespace kshard::detail::cuda_rows {
 
@@ -22,13 +19,5 @@ struct alignas(16) Chunk {
 };
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-/// Throws kshard::Error when the last launch failed.
-inline void check_launch(const char* name) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(std::string(name) + " launch failed: " + cudaGetErrorString(e),
-                "a valid launch on the current GPU");
-}
 
 }  // namespace kshard::detail::cuda_rows
