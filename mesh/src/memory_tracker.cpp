@@ -52,6 +52,9 @@ Registry& reg() {
 bool is_cache(const char* label) {
   return std::strncmp(label, "kshard.cache:", 13) == 0 || std::strncmp(label, "Kokkos::", 8) == 0;
 }
+bool is_workspace(const char* label) {
+  return std::strncmp(label, "kshard.cache:workspace:", 23) == 0;
+}
 
 void add_live(Registry& r, const char* label, const void* ptr, std::uint64_t size) {
   r.s.live_bytes += std::int64_t(size);
@@ -81,6 +84,7 @@ void on_alloc(Kokkos::Profiling::SpaceHandle, const char* label, const void* ptr
   std::lock_guard<std::mutex> lock(r.mu);
   if (is_cache(label)) {
     r.s.cache_bytes += std::int64_t(size);
+    if (is_workspace(label)) r.s.workspace_bytes += std::int64_t(size);
     return;
   }
   add_live(r, label, ptr, size);
@@ -92,6 +96,7 @@ void on_free(Kokkos::Profiling::SpaceHandle, const char* label, const void* ptr,
   std::lock_guard<std::mutex> lock(r.mu);
   if (is_cache(label)) {
     r.s.cache_bytes -= std::int64_t(size);
+    if (is_workspace(label)) r.s.workspace_bytes -= std::int64_t(size);
     return;
   }
   remove_live(r, ptr, size);
@@ -168,7 +173,13 @@ std::string peak_report(std::size_t max_items) {
     out += tail;
   }
   std::snprintf(tail, sizeof tail, "  %10.1f MiB  total at the peak\n", double(total) / (1 << 20));
-  return out + tail;
+  out += tail;
+  if (const std::int64_t ws = stats().workspace_bytes; ws > 0) {
+    std::snprintf(tail, sizeof tail, "  %10.1f MiB  library workspaces (kept; add to the peak)\n",
+                  double(ws) / (1 << 20));
+    out += tail;
+  }
+  return out;
 }
 
 std::uint64_t allocation_count() noexcept {

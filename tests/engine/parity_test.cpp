@@ -288,6 +288,40 @@ BOOST_DATA_TEST_CASE(no_sync_accumulation_equals_one_large_batch, bdata::xrange(
                        "no_sync x2 vs one batch: loss " << d.loss_rel << ", params " << d.param_abs);
 }
 
+// forward_backward_ce runs the LM head and its loss in row chunks, never
+// keeping the logits (FsdpOptions::loss_chunk_bytes): one row per chunk, three
+// rows per chunk (not a divisor of the 8 rows per rank) and all rows in one
+// chunk against the kept-logits path (loss_chunk_bytes = 0), per recipe, on
+// the world mesh. Only the order of the head's weight-gradient sums differs
+// (chunk by chunk), so the parity tolerances apply.
+BOOST_DATA_TEST_CASE(chunked_head_loss_equals_kept_logits, bdata::xrange(4), recipe_i) {
+  const auto& world = kt::world();
+  DeviceMesh mesh(world, {world.size()});
+  const Batch batch = make_batch(kRowsPerRank * world.size());
+  RunConfig c;
+  c.arch = Arch::lm;
+  c.recipe = Recipe::parse(kRecipes[recipe_i]);
+  c.fsdp.loss_chunk_bytes = 0;
+  const RunResult kept = train(mesh, world, c, batch, world.rank() * kRowsPerRank, kRowsPerRank);
+  const std::size_t row_bytes = std::size_t(kVocab) * kshard::dtype_size(c.recipe.compute_dtype);
+  const Tol tol = tolerance(c.recipe);
+  for (const std::size_t bytes : {std::size_t(1), 3 * row_bytes, std::size_t(1) << 20}) {
+    c.fsdp.loss_chunk_bytes = bytes;
+    const RunResult chunked =
+        train(mesh, world, c, batch, world.rank() * kRowsPerRank, kRowsPerRank);
+    const Diff d = compare(chunked, kept);
+    BOOST_TEST_MESSAGE(c.recipe.name << " chunks of " << bytes << " B: loss rel diff "
+                                     << d.loss_rel << ", param abs diff " << d.param_abs);
+    KSHARD_CHECK_ALL_MSG(d.same_shape && d.loss_rel <= tol.loss_rel &&
+                             d.param_abs <= tol.param_abs,
+                         c.recipe.name << " chunks of " << bytes << " B vs kept logits: loss "
+                                       << d.loss_rel << " (tol " << tol.loss_rel
+                                       << "), params " << d.param_abs << " (tol "
+                                       << tol.param_abs << ")");
+    KSHARD_CHECK_ALL(chunked.skipped == kept.skipped);
+  }
+}
+
 
 // TransformerEngine's suites mark known-inexact combinations as expected
 // failures; so do we: fp8 training does NOT match fp32 training to fp32

@@ -1,8 +1,10 @@
 #include "kshard/engine/fsdp/fsdp_model.hpp"
 
+#include <functional>
 #include <type_traits>
 
 #include "kshard/engine/kernels/cast.hpp"
+#include "kshard/engine/nn/chunked_cross_entropy.hpp"
 #include "kshard/engine/nn/embedding.hpp"
 #include "kshard/engine/nn/loss.hpp"
 #include "kshard/error.hpp"
@@ -30,10 +32,13 @@ class FsdpCoreBase {
   virtual ~FsdpCoreBase() = default;
   virtual std::size_t size() const = 0;
   virtual const LayerKindInfo& info(std::size_t i) const = 0;
+  // for_ce: the forward of forward_backward_ce, which may leave the head to
+  // the chunked loss (run_forward).
   virtual void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                                Kokkos::View<const float*> x, ActShape shape) = 0;
+                                Kokkos::View<const float*> x, ActShape shape, bool for_ce) = 0;
   virtual void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                           Kokkos::View<const std::int32_t*> ids, ActShape shape) = 0;
+                           Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                           bool for_ce) = 0;
   virtual Kokkos::View<const float*> output_f32() = 0;
   virtual void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                             Kokkos::View<const float*> dy, bool sync) = 0;
@@ -60,32 +65,34 @@ class FsdpCore final : public FsdpCoreBase {
   const LayerKindInfo& info(std::size_t i) const override { return info_.at(i); }
 
   void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                        Kokkos::View<const float*> x, ActShape shape) override {
+                        Kokkos::View<const float*> x, ActShape shape, bool for_ce) override {
     check_input(shape);
     if (layers_[0]->takes_token_ids()) {
       // Token ids stored as floats: validated and converted once here.
       auto ids = window(ids_buf_, shape.rows(), "kshard.fsdp.ids");
       token_ids_from<float>(x, std::int64_t(1) << 31, ids);  // range: Embedding checks
-      run_forward(g, o, {}, ids, shape);
+      run_forward(g, o, {}, ids, shape, for_ce);
     } else if constexpr (std::is_same_v<T, float>) {
-      run_forward(g, o, x, {}, shape);
+      run_forward(g, o, x, {}, shape, for_ce);
     } else {
       auto xt = window(input_buf_, std::int64_t(x.extent(0)), "kshard.fsdp.input");
       cast_from_f32<T>(x, xt);
-      run_forward(g, o, xt, {}, shape);
+      run_forward(g, o, xt, {}, shape, for_ce);
     }
   }
 
   void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                   Kokkos::View<const std::int32_t*> ids, ActShape shape) override {
+                   Kokkos::View<const std::int32_t*> ids, ActShape shape, bool for_ce) override {
     check_input(shape);
     if (!layers_[0]->takes_token_ids())
       throw Error("FsdpModel::forward with token ids, but layer 0 is a " + layers_[0]->kind(),
                   "a first layer that takes token ids (Embedding)");
-    run_forward(g, o, {}, ids, shape);
+    run_forward(g, o, {}, ids, shape, for_ce);
   }
 
   Kokkos::View<const float*> output_f32() override {
+    if (head_deferred_)  // forward_backward_ce's chunked head keeps no logits
+      throw Error("FsdpModel output after forward_backward_ce", "forward() first");
     if constexpr (std::is_same_v<T, float>) {
       return acts_.back();
     } else {
@@ -97,6 +104,8 @@ class FsdpCore final : public FsdpCoreBase {
 
   void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                     Kokkos::View<const float*> dy, bool sync) override {
+    if (head_deferred_)
+      throw Error("FsdpModel::backward after forward_backward_ce", "forward() first");
     check_backward(dy.extent(0));
     if constexpr (std::is_same_v<T, float>) {
       run_backward(g, o, dy, sync);
@@ -109,6 +118,8 @@ class FsdpCore final : public FsdpCoreBase {
 
   double mse_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                       Kokkos::View<const float*> target, double scale, bool sync) override {
+    if (head_deferred_)
+      throw Error("FsdpModel::forward_backward_mse after a chunked forward", "forward() first");
     auto out = acts_.back();
     auto d = window(dloss_, std::int64_t(out.extent(0)), "kshard.fsdp.dloss");
     const double loss = mse_loss<T, float>(out, target, d, scale);
@@ -119,17 +130,34 @@ class FsdpCore final : public FsdpCoreBase {
   double ce_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                      Kokkos::View<const std::int32_t*> targets, double scale,
                      bool sync) override {
-    // The gradient overwrites the logits: no second logits-sized buffer (the
-    // head's backward reads its input and dy, never its own output).
     // The loss stays on the device until the backward pass is queued behind
     // it, so the GPU never idles while the host waits for a number.
-    auto logits = acts_.back();
     const ActShape& os = shapes_.back();
     if (ce_result_.extent(0) == 0)
       ce_result_ = Kokkos::View<double*>("kshard.fsdp.ce_result", 3);
-    cross_entropy_loss_async<T, std::int32_t>(logits, os.rows(), os.features, targets, logits,
-                                              scale, ce_result_);
-    run_backward(g, o, logits, sync);
+    if (head_deferred_) {
+      // The head's forward, the loss and the head's backward in row chunks
+      // (run_forward left the head out): its logits are never kept.
+      head_deferred_ = false;
+      const std::size_t k = layers_.size() - 1;
+      const std::int64_t chunk = loss_chunk_rows(o.loss_chunk_bytes, os.rows(), os.features,
+                                                 sizeof(T));
+      const Kokkos::View<const T*> hx = head_input_;
+      head_input_ = {};
+      run_backward(g, o, {}, sync,
+                   [&](const ConstViews& p, const GradViews& gr, Kokkos::View<T*> dx) {
+                     chunked_cross_entropy_async<T, std::int32_t>(
+                         *layers_[k], hx, shapes_[k], p, gr, targets, scale, dx, chunk,
+                         ce_result_);
+                   });
+    } else {
+      // The gradient overwrites the logits: no second logits-sized buffer (the
+      // head's backward reads its input and dy, never its own output).
+      auto logits = acts_.back();
+      cross_entropy_loss_async<T, std::int32_t>(logits, os.rows(), os.features, targets, logits,
+                                                scale, ce_result_);
+      run_backward(g, o, logits, sync);
+    }
     return cross_entropy_result(ce_result_, os.rows(), os.features);
   }
 
@@ -151,20 +179,29 @@ class FsdpCore final : public FsdpCoreBase {
     if (!g.is_unsharded()) g.finish_unshard();
   }
 
+  // for_ce with a head whose rows are independent (and loss_chunk_bytes > 0):
+  // the last unit's forward is left to ce_backward's chunked loss, and its
+  // output buffer (the logits) is not allocated, or is given back.
   void run_forward(std::vector<ShardedGroup>& g, const FsdpOptions& o, Kokkos::View<const T*> x,
-                   Kokkos::View<const std::int32_t*> ids, ActShape shape) {
+                   Kokkos::View<const std::int32_t*> ids, ActShape shape, bool for_ce) {
     const std::size_t n = layers_.size();
+    head_deferred_ = for_ce && o.loss_chunk_bytes > 0 && layers_.back()->rows_independent() &&
+                     !(n == 1 && ids.data() != nullptr);
+    const std::size_t run = head_deferred_ ? n - 1 : n;
     shapes_.assign(n + 1, shape);
     acts_.resize(n + 1);
+    if (head_deferred_) acts_[n] = {};
     for (std::size_t i = 0; i < n; ++i) {
       shapes_[i + 1] = layers_[i]->output_shape(shapes_[i]);
       const std::size_t out = std::size_t(shapes_[i + 1].numel());
-      if (acts_[i + 1].extent(0) != out)
+      if (i < run && acts_[i + 1].extent(0) != out)
         acts_[i + 1] = Kokkos::View<T*>(Kokkos::view_alloc("layers." + std::to_string(i) + ".out",
                                                            Kokkos::WithoutInitializing),
                                         out);
     }
-    for (std::size_t i = 0; i < n; ++i) {
+    head_input_ = head_deferred_ ? (n == 1 ? x : Kokkos::View<const T*>(acts_[n - 1]))
+                                 : Kokkos::View<const T*>();
+    for (std::size_t i = 0; i < run; ++i) {
       ensure_unsharded(g[i]);
       if (o.prefetch && i + 1 < n) g[i + 1].start_unshard();
       const auto params = g[i].params<T>();
@@ -178,8 +215,13 @@ class FsdpCore final : public FsdpCoreBase {
     }
   }
 
+  using ConstViews = typename Layer<T>::ConstViews;
+  using GradViews = typename Layer<T>::GradViews;
+  /// Unit n-1's backward done another way (the chunked head + loss).
+  using TopBackward = std::function<void(const ConstViews&, const GradViews&, Kokkos::View<T*>)>;
+
   void run_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o, Kokkos::View<const T*> dy,
-                    bool sync) {
+                    bool sync, const TopBackward& top = {}) {
     const std::size_t n = layers_.size();
     Kokkos::View<const T*> cur = dy;
     bool use_a = true;
@@ -188,7 +230,10 @@ class FsdpCore final : public FsdpCoreBase {
       ensure_unsharded(g[k]);
       if (o.prefetch && k > 0) g[k - 1].start_unshard();
       Kokkos::View<T*> dx = window(use_a ? dact_a_ : dact_b_, shapes_[k].numel(), "kshard.fsdp.dact");
-      layers_[k]->backward(cur, g[k].params<T>(), g[k].unsharded_grads(), dx);
+      if (top && k + 1 == n)
+        top(g[k].params<T>(), g[k].unsharded_grads(), dx);
+      else
+        layers_[k]->backward(cur, g[k].params<T>(), g[k].unsharded_grads(), dx);
       layers_[k]->release();
       if (sync) {
         g[k].start_reduce_grads();
@@ -206,6 +251,8 @@ class FsdpCore final : public FsdpCoreBase {
   std::vector<LayerKindInfo> info_;
   std::vector<ActShape> shapes_;          // input shape of each unit, and the output
   std::vector<Kokkos::View<T*>> acts_;    // acts_[i]: input of unit i (acts_[0] unused)
+  bool head_deferred_ = false;             // the last forward left the head to the loss
+  Kokkos::View<const T*> head_input_;      // the head's input then
   Kokkos::View<T*> dact_a_, dact_b_, dloss_, input_buf_;
   Kokkos::View<std::int32_t*> ids_buf_;
   Kokkos::View<float*> out_f32_;
@@ -275,13 +322,13 @@ void FsdpModel::init_parameters(std::uint64_t seed) {
 }
 
 Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const float*> x, ActShape shape) {
-  core_->forward_features(groups_, options_, x, shape);
+  core_->forward_features(groups_, options_, x, shape, false);
   return core_->output_f32();
 }
 
 Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const std::int32_t*> ids,
                                               ActShape shape) {
-  core_->forward_ids(groups_, options_, ids, shape);
+  core_->forward_ids(groups_, options_, ids, shape, false);
   return core_->output_f32();
 }
 
@@ -292,21 +339,21 @@ void FsdpModel::backward(Kokkos::View<const float*> dy, bool sync) {
 double FsdpModel::forward_backward_mse(Kokkos::View<const float*> x, ActShape shape,
                                        Kokkos::View<const float*> target, double grad_scale,
                                        bool sync) {
-  core_->forward_features(groups_, options_, x, shape);
+  core_->forward_features(groups_, options_, x, shape, false);
   return core_->mse_backward(groups_, options_, target, grad_scale, sync);
 }
 
 double FsdpModel::forward_backward_ce(Kokkos::View<const float*> x, ActShape shape,
                                       Kokkos::View<const std::int32_t*> targets,
                                       double grad_scale, bool sync) {
-  core_->forward_features(groups_, options_, x, shape);
+  core_->forward_features(groups_, options_, x, shape, true);
   return core_->ce_backward(groups_, options_, targets, grad_scale, sync);
 }
 
 double FsdpModel::forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                                       Kokkos::View<const std::int32_t*> targets,
                                       double grad_scale, bool sync) {
-  core_->forward_ids(groups_, options_, ids, shape);
+  core_->forward_ids(groups_, options_, ids, shape, true);
   return core_->ce_backward(groups_, options_, targets, grad_scale, sync);
 }
 

@@ -7,6 +7,7 @@
 #include "kshard/error.hpp"
 #include "kshard/mesh/buffer_pool.hpp"
 #include "../kernels/cross_entropy_rows.hpp"
+#include "cross_entropy_parts.hpp"
 
 namespace kshard {
 
@@ -52,14 +53,10 @@ KOKKOS_INLINE_FUNCTION bool target_ok(Target t, std::int64_t vocab) {
 
 // result(0) = mean loss, result(1) = counted rows, result(2) = bad targets,
 // all written on the device in stream order (three kernels, no host wait).
-// One team per row. dlogits may alias logits: each element is read (passes
-// 1-2, and pass 3 before its own write) only by the thread that writes it, and
-// the target's logit is read before any write (barrier).
 template <class T, class Target>
-void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
-                   Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
+void count_targets(Kokkos::View<const Target*> targets, std::int64_t vocab,
                    Kokkos::View<double*> result) {
-  using A = accum_t<T>;
+  const std::int64_t rows = static_cast<std::int64_t>(targets.extent(0));
   Kokkos::parallel_for(
       "kshard::cross_entropy_count", one_team(), KOKKOS_LAMBDA(const Team& team) {
         double counted = 0, bad = 0;
@@ -78,52 +75,62 @@ void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
           result(2) = bad;
         });
       });
-  memory::Block block = memory::acquire(std::size_t(rows) * sizeof(double),
-                                        "kshard::cross_entropy.row_loss");
-  auto row_loss = block.view<double>(std::size_t(rows));
+}
+
+// One team per row. dlogits may alias logits: each element is read (passes
+// 1-2, and pass 3 before its own write) only by the thread that writes it, and
+// the target's logit is read before any write (barrier).
+template <class T, class Target>
+void row_losses(const T* logits, std::int64_t rows, std::int64_t vocab,
+                Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
+                Kokkos::View<const double*> result, Kokkos::View<double*> row_loss) {
+  using A = accum_t<T>;
   // The backend's one-pass row kernel where it has one (cross_entropy_rows.hpp),
   // else the portable team kernel.
-  if (!cross_entropy_rows<T, Target>(logits, rows, vocab, targets.data(), dlogits, grad_scale,
-                                     result.data(), row_loss.data())) {
-    Kokkos::parallel_for(
-        "kshard::cross_entropy", compat::row_team_policy(rows),
-        KOKKOS_LAMBDA(const Team& team) {
-          const std::int64_t r = team.league_rank();
-          const T* l = logits + r * vocab;
-          T* dl = dlogits + r * vocab;
-          const Target tt = targets(r);
-          if (!target_ok(tt, vocab)) {
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
-                                 [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
-            Kokkos::single(Kokkos::PerTeam(team), [&]() { row_loss(r) = 0; });
-            return;
-          }
-          const double counted = result(1);
-          const A g = static_cast<A>(grad_scale / counted);
-          const std::int64_t t = static_cast<std::int64_t>(tt);
-          A mx = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, vocab),
-              [&](std::int64_t j, A& m) {
-                const A v = to_accum(l[j]);
-                if (v > m) m = v;
-              },
-              Kokkos::Max<A>(mx));
-          A sum = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, vocab),
-              [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
-          const A lse = mx + compat::log(sum);
-          const A lt = to_accum(l[t]);
-          team.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
-            const A p = compat::exp(to_accum(l[j]) - lse);
-            dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
-          });
-          Kokkos::single(Kokkos::PerTeam(team),
-                         [&]() { row_loss(r) = static_cast<double>(lse - lt); });
+  if (cross_entropy_rows<T, Target>(logits, rows, vocab, targets.data(), dlogits, grad_scale,
+                                    result.data(), row_loss.data()))
+    return;
+  Kokkos::parallel_for(
+      "kshard::cross_entropy", compat::row_team_policy(rows), KOKKOS_LAMBDA(const Team& team) {
+        const std::int64_t r = team.league_rank();
+        const T* l = logits + r * vocab;
+        T* dl = dlogits + r * vocab;
+        const Target tt = targets(r);
+        if (!target_ok(tt, vocab)) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
+                               [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { row_loss(r) = 0; });
+          return;
+        }
+        const double counted = result(1);
+        const A g = static_cast<A>(grad_scale / counted);
+        const std::int64_t t = static_cast<std::int64_t>(tt);
+        A mx = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, vocab),
+            [&](std::int64_t j, A& m) {
+              const A v = to_accum(l[j]);
+              if (v > m) m = v;
+            },
+            Kokkos::Max<A>(mx));
+        A sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, vocab),
+            [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
+        const A lse = mx + compat::log(sum);
+        const A lt = to_accum(l[t]);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
+          const A p = compat::exp(to_accum(l[j]) - lse);
+          dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
         });
-  }
+        Kokkos::single(Kokkos::PerTeam(team),
+                       [&]() { row_loss(r) = static_cast<double>(lse - lt); });
+      });
+}
+
+void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> result) {
+  const std::int64_t rows = static_cast<std::int64_t>(row_loss.extent(0));
   Kokkos::parallel_for(
       "kshard::cross_entropy_total", one_team(), KOKKOS_LAMBDA(const Team& team) {
         double total = 0;
@@ -134,6 +141,18 @@ void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
           result(0) = result(1) > 0 ? total / result(1) : 0.0;
         });
       });
+}
+
+template <class T, class Target>
+void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
+                   Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
+                   Kokkos::View<double*> result) {
+  count_targets<T, Target>(targets, vocab, result);
+  memory::Block block = memory::acquire(std::size_t(rows) * sizeof(double),
+                                        "kshard::cross_entropy.row_loss");
+  Kokkos::View<double*> row_loss = block.view<double>(std::size_t(rows));
+  row_losses<T, Target>(logits, rows, vocab, targets, dlogits, grad_scale, result, row_loss);
+  mean_loss(row_loss, result);
   // The row buffer goes back to the pool with the kernels queued: later users
   // are ordered after them (kshard/mesh/buffer_pool.hpp).
 }
@@ -228,5 +247,16 @@ KSHARD_MSE_INSTANTIATE(float16_t, float)
 #undef KSHARD_MSE_INSTANTIATE
 KSHARD_FOR_EACH_CE_PAIR(KSHARD_CE_INSTANTIATE)
 #undef KSHARD_CE_INSTANTIATE
+
+namespace detail::loss {
+#define KSHARD_CE_PARTS_INSTANTIATE(T, Target)                                              \
+  template void count_targets<T, Target>(Kokkos::View<const Target*>, std::int64_t,           \
+                                         Kokkos::View<double*>);                              \
+  template void row_losses<T, Target>(const T*, std::int64_t, std::int64_t,                   \
+                                      Kokkos::View<const Target*>, T*, double,                \
+                                      Kokkos::View<const double*>, Kokkos::View<double*>);
+KSHARD_FOR_EACH_CE_PAIR(KSHARD_CE_PARTS_INSTANTIATE)
+#undef KSHARD_CE_PARTS_INSTANTIATE
+}  // namespace detail::loss
 
 }  // namespace kshard

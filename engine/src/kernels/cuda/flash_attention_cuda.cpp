@@ -695,9 +695,9 @@ CudnnAttentionArgs cudnn_args(const FlashArgs<T>& a) {
   return c;
 }
 
-// The cuDNN workspace: one grow-only Kokkos View (so the memory tracker and
-// peak reports see it; "kshard.cache:" = long-lived, not a leak), released
-// with the graphs and the handle in Kokkos::finalize.
+// The cuDNN workspace: one grow-only Kokkos View labelled as a library
+// workspace (long-lived, not a leak; peak reports add it: memory_tracker.hpp),
+// released with the graphs and the handle in Kokkos::finalize.
 Kokkos::View<char*>& cudnn_workspace() {
   static Kokkos::View<char*> w;
   static const bool hooked = [] {
@@ -736,7 +736,7 @@ void run_cudnn(const FlashArgs<T>& a, bool backward) {
   if (bytes > static_cast<std::int64_t>(w.extent(0))) {
     w = Kokkos::View<char*>();
     w = Kokkos::View<char*>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                               std::string("kshard.cache:cudnn_attention")),
+                                               std::string("kshard.cache:workspace:cudnn_attention")),
                             static_cast<std::size_t>(bytes));
   }
   cudnn_attention_run(c, backward, Kokkos::DefaultExecutionSpace().cuda_stream(), w.data());

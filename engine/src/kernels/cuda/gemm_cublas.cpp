@@ -13,6 +13,7 @@
 
 #include "kshard/engine/kernels/gemm.hpp"
 #include "kshard/error.hpp"
+#include "cublas_workspace.hpp"
 
 namespace kshard::detail {
 namespace {
@@ -44,23 +45,33 @@ void check(cublasStatus_t s, const char* call) {
 // context it belongs to still exists; a later Kokkos::initialize starts over.
 std::mutex g_handle_mutex;
 cublasHandle_t g_handle = nullptr;
+cudaStream_t g_stream = nullptr;
 
 cublasHandle_t handle() {
   std::lock_guard<std::mutex> lock(g_handle_mutex);
+  // The shared workspace first: finalize hooks run last-in first-out, so the
+  // handle is destroyed before its workspace is freed.
+  void* workspace = cublas_workspace();
   if (g_handle == nullptr) {
     cublasHandle_t h = nullptr;
     check(cublasCreate(&h), "cublasCreate");
     g_handle = h;
+    g_stream = nullptr;
     Kokkos::push_finalize_hook([] {
       std::lock_guard<std::mutex> l(g_handle_mutex);
       if (g_handle != nullptr) cublasDestroy(g_handle);
       g_handle = nullptr;
     });
   }
-  // Set on every call: cheap, and follows the default instance's stream even
-  // if the application changed it since the handle was made.
-  check(cublasSetStream(g_handle, Kokkos::DefaultExecutionSpace().cuda_stream()),
-        "cublasSetStream");
+  // Follows the default instance's stream even if the application changed it
+  // since the handle was made. cublasSetStream resets the workspace to
+  // cuBLAS' own pool, so ours is set again after it.
+  const cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
+  if (stream != g_stream || g_stream == nullptr) {
+    check(cublasSetStream(g_handle, stream), "cublasSetStream");
+    check(cublasSetWorkspace(g_handle, workspace, kCublasWorkspaceBytes), "cublasSetWorkspace");
+    g_stream = stream;
+  }
   return g_handle;
 }
 

@@ -28,6 +28,7 @@
 #include "../linear_epilogue.hpp"
 #include "kshard/engine/kernels/gemm.hpp"
 #include "kshard/error.hpp"
+#include "cublas_workspace.hpp"
 #include "kshard/numeric/compute.hpp"
 
 namespace kshard::detail {
@@ -60,12 +61,9 @@ struct Plan {
 using Key = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, int, std::uint32_t,
                        std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
 
-constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
-
 struct State {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
   std::map<Key, Plan> plans;
 
   void release() {
@@ -76,8 +74,6 @@ struct State {
       if (p.desc) cublasLtMatmulDescDestroy(p.desc);
     }
     plans.clear();
-    if (workspace) cudaFree(workspace);
-    workspace = nullptr;
     if (handle) cublasLtDestroy(handle);
     handle = nullptr;
   }
@@ -93,15 +89,6 @@ State& state() {
 void ensure_handle(State& s) {
   if (s.handle) return;
   check(cublasLtCreate(&s.handle), "cublasLtCreate");
-  if (cudaMalloc(&s.workspace, kWorkspaceBytes) != cudaSuccess) {
-    cudaGetLastError();
-    s.workspace = nullptr;
-    cublasLtDestroy(s.handle);
-    s.handle = nullptr;
-    throw Error("cudaMalloc of the " + std::to_string(kWorkspaceBytes >> 20) +
-                    " MiB cuBLASLt workspace failed",
-                "free device memory for the GEMM workspace");
-  }
   Kokkos::push_finalize_hook([] {
     State& st = state();
     std::lock_guard<std::mutex> l(st.mutex);
@@ -165,7 +152,7 @@ Plan make_plan(State& s, std::int64_t rows, std::int64_t in, std::int64_t out,
 
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  const std::uint64_t ws = kWorkspaceBytes;
+  const std::uint64_t ws = kCublasWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                        sizeof(ws));
   // Operand alignments (key: x, w, b, y, pre): A is W, B is x, C and D are y.
@@ -222,7 +209,7 @@ bool linear_epilogue_backend(std::int64_t rows, std::int64_t in, std::int64_t ou
             "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
     const float alpha = 1.f, beta = 0.f;
     check(cublasLtMatmul(s.handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
-                         s.workspace, kWorkspaceBytes,
+                         cublas_workspace(), kCublasWorkspaceBytes,
                          Kokkos::DefaultExecutionSpace().cuda_stream()),
           "cublasLtMatmul");
     return true;

@@ -11,7 +11,11 @@
 //
 // Allocations whose label starts with "kshard.cache:" (communicator staging
 // buffers, the buffer pool's blocks) or "Kokkos::" (Kokkos' internal scratch)
-// are long-lived caches and are counted separately. A pool block handed out
+// are long-lived caches and are counted separately. Among them,
+// "kshard.cache:workspace:" marks a library workspace (cuBLAS, cuDNN): made
+// once and kept, so not a leak, but memory a training step needs; reports of
+// a step's peak add workspace_bytes (as PyTorch's max_memory_allocated
+// includes its cuBLAS workspace). A pool block handed out
 // counts as live under its user's label while in use (note_acquire /
 // note_release), so leaks and peaks see pooled memory like any View.
 #include <cstdint>
@@ -26,6 +30,7 @@ struct Stats {
   std::int64_t live_allocs = 0;   // excluding caches
   std::int64_t peak_bytes = 0;    // of live_bytes, since the last reset_peak()
   std::int64_t cache_bytes = 0;   // live "kshard.cache:" allocations
+  std::int64_t workspace_bytes = 0;  // of which "kshard.cache:workspace:" ones
 };
 
 /// Installs the Kokkos callbacks (idempotent). Session does this.
@@ -45,7 +50,8 @@ std::string live_labels_since(std::uint64_t since, std::size_t max_items);
 /// first: the answer to "what makes the peak". KSHARD_MEMORY_REPORT=1 makes
 /// Session print it on each rank at exit.
 std::vector<std::pair<std::string, std::int64_t>> peak_breakdown();
-/// peak_breakdown() as text, one "  <bytes MiB>  <label>" line per entry.
+/// peak_breakdown() as text, one "  <bytes MiB>  <label>" line per entry,
+/// then the library workspaces (outside peak_bytes) on a line of their own.
 std::string peak_report(std::size_t max_items = 24);
 
 }  // namespace kshard::memory

@@ -27,8 +27,11 @@
 //
 // Memory: activations are kept by the layers and reused from step to step;
 // unsharded parameters, unsharded gradients, reduce-scatter buffers and
-// backward workspaces come from the buffer pool; the cross-entropy gradient
-// overwrites the logits. So after the first step nothing is allocated.
+// backward workspaces come from the buffer pool; forward_backward_ce runs the
+// head and the loss in row chunks of pooled logits (FsdpOptions::
+// loss_chunk_bytes), else the cross-entropy gradient overwrites the logits.
+// So after the first step nothing is allocated.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +49,12 @@ struct FsdpOptions {
   bool prefetch = true;
   /// bf16/fp16: keep a 16-bit copy of each shard (see ShardedGroup).
   bool keep_low_precision_shard = false;
+  /// forward_backward_ce with a last layer whose rows are independent (the
+  /// LM head): the head, the loss and the head's backward run in row chunks
+  /// whose logits take at most this many bytes (chunked_cross_entropy.hpp),
+  /// so the [rows, vocab] logits are never kept. 0: one forward writes all
+  /// the logits and the loss gradient overwrites them, as for any last layer.
+  std::size_t loss_chunk_bytes = std::size_t(128) << 20;
 };
 
 namespace detail {
@@ -98,8 +107,10 @@ class FsdpModel {
                               Kokkos::View<const float*> target, double grad_scale = 1.0,
                               bool sync = true);
   /// forward + softmax cross-entropy over the last layer's outputs (logits
-  /// [rows, vocab], the gradient written over them) against integer targets
-  /// (negative: ignored row) + backward.
+  /// [rows, vocab]) against integer targets (negative: ignored row) +
+  /// backward. A last layer with independent rows (a Linear head) runs with
+  /// its loss in row chunks (FsdpOptions::loss_chunk_bytes) and its logits
+  /// are not kept: forward()'s output is not available afterwards.
   double forward_backward_ce(Kokkos::View<const float*> x, ActShape shape,
                              Kokkos::View<const std::int32_t*> targets, double grad_scale = 1.0,
                              bool sync = true);

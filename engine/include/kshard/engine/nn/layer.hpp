@@ -106,6 +106,12 @@ class Layer {
                               const ConstViews& params, Kokkos::View<T*> y);
   /// Drops the saved forward (activation buffers stay allocated for reuse).
   virtual void release() {}
+  /// True when every output row depends on the same input row alone (Linear,
+  /// LayerNorm, an MLP; not attention), so forward + backward over consecutive
+  /// row ranges, one after the other, equal one pass over all rows (the
+  /// gradients accumulate): what lets a loss run the LM head in row chunks
+  /// (chunked_cross_entropy.hpp) without keeping all of its output.
+  virtual bool rows_independent() const { return false; }
 
   ActShape output_shape(ActShape in) const { return {in.batch, in.seq, out_features()}; }
 };

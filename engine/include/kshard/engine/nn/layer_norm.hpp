@@ -31,6 +31,7 @@ class LayerNorm final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  bool rows_independent() const override { return true; }
 
  private:
   std::int64_t d_;

@@ -29,6 +29,7 @@ class LayerNormLinear final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  bool rows_independent() const override { return true; }
 
  private:
   LayerNorm<T> ln_;

@@ -30,6 +30,7 @@ class Linear final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  bool rows_independent() const override { return true; }
   /// forward, then GELU (tanh): pre = x W^T + b (kept by the caller for
   /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T or f32 one
   /// cuBLASLt call (bias and GELU in the GEMM's epilogue); elsewhere the GEMM
