@@ -256,6 +256,7 @@ int run(kshard::Session& session, int argc, char** argv) {
   kshard::FsdpOptions fo;
   fo.reshard_after_forward = o.reshard_after_forward;
   fo.keep_low_precision_shard = o.keep_lp_shard;
+  fo.loss_chunk_bytes = std::size_t(o.loss_chunk_mib) << 20;
   kshard::FsdpModel built(mesh, defs, recipe, fo);
   built.init_parameters(o.seed);
   Reducer reducer(world, 4);

@@ -107,7 +107,7 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "bf16/fp16: keep a 16-bit copy of each shard, written by the optimizer (2 B/param more, "
      "no cast per all-gather)")
     ("attention", po::value<std::string>(&o.attention)->default_value(o.attention),
-     "attention core: auto (fused; recompute for f32 on CUDA), fused (online softmax, no "
+     "attention core: auto (fused where a fused kernel serves the shape, else recompute), fused (online softmax, no "
      "[B,H,T,T] buffer), unfused (the reference: probabilities kept for backward) or recompute "
      "(unfused kernels, probabilities computed again in backward)")
     ("fp8-init", po::bool_switch(&o.fp8_init), "keep the sharded parameters in fp8 (fp8 recipe only)")
@@ -165,6 +165,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     ("seed", po::value<std::string>(&seed)->default_value(seed), "seed of the parameters and the data")
     ("no-reshard-after-forward", po::bool_switch(&no_reshard),
      "keep each unit's full parameters from forward until its backward (ZeRO-2 style)")
+    ("loss-chunk-mib", po::value<int>(&o.loss_chunk_mib)->default_value(o.loss_chunk_mib),
+     "run the LM head and the loss in row chunks of at most N MiB of logits, never keeping all "
+     "of them (0: keep the whole logits)")
     ("bench", po::bool_switch(&o.bench), "also print a machine-readable BENCH {json} line");
   // clang-format on
 
@@ -198,6 +201,7 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   // and the head are vocab x width each).
   check_range("vocab", o.vocab, 2, 1 << 24);
   check_range("seq", o.seq, 1, 1 << 16);
+  check_range("loss-chunk-mib", o.loss_chunk_mib, 0, 1 << 20);
   check_range("batch", o.batch, 1, 1 << 20);
   check_range("steps", o.steps, 1, 100000000);
   check_range("accum", o.accum, 1, 1 << 20);
