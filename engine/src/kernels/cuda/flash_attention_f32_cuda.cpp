@@ -97,26 +97,34 @@ __device__ __forceinline__ void load_tile(float* dst, const float* src, std::int
   }
 }
 
-/// acc[i][j] = sum_{k < K} A[4 rg + i][k] B[16 j + cg][k] (A, B row-major in
-/// shared memory, strides lda, ldb).
-template <int K>
-__device__ __forceinline__ void mm_nt(float (&acc)[4][4], const float* A, int lda, const float* B,
+/// acc[i][j] = sum_{k < K} A[row(i)][k] B[16 j + cg][k] (A, B row-major in
+/// shared memory, strides lda, ldb), row(i) = R rg + i for R = 4 (a
+/// 256-thread product) and rg + 8 i for R = 8 (a 128-thread group): the two
+/// row groups of a warp then read neighbouring rows, which the padding puts
+/// in different banks (rows 8 apart would share them).
+template <int R>
+__device__ __forceinline__ int row_of(int rg, int i) {
+  return R == 4 ? 4 * rg + i : rg + 8 * i;
+}
+
+template <int K, int R = 4>
+__device__ __forceinline__ void mm_nt(float (&acc)[R][4], const float* A, int lda, const float* B,
                                       int ldb, int rg, int cg) {
-  A += 4 * rg * lda;
+  A += row_of<R>(rg, 0) * lda;
   B += cg * ldb;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
-#pragma unroll 8
+#pragma unroll(R == 4 ? 8 : 4)
   for (int k = 0; k < K; k += 4) {
-    float4 a[4], b[4];
+    float4 a[R], b[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = ld4(A + i * lda + k);
+    for (int i = 0; i < R; ++i) a[i] = ld4(A + (row_of<R>(0, i)) * lda + k);
 #pragma unroll
     for (int j = 0; j < 4; ++j) b[j] = ld4(B + 16 * j * ldb + k);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float c = acc[i][j];
@@ -128,25 +136,25 @@ __device__ __forceinline__ void mm_nt(float (&acc)[4][4], const float* A, int ld
   }
 }
 
-/// acc[i][4 v + j] += sum_{k < K} A[4 rg + i][k] B[k][64 v + 4 cg + j] (A, B
-/// row-major in shared memory).
-template <int K, int NV>
-__device__ __forceinline__ void mm_nn(float (&acc)[4][4 * NV], const float* A, int lda,
+/// acc[i][4 v + j] += sum_{k < K} A[row(i)][k] B[k][64 v + 4 cg + j] (A, B
+/// row-major in shared memory; row(i) as in mm_nt).
+template <int K, int NV, int R = 4>
+__device__ __forceinline__ void mm_nn(float (&acc)[R][4 * NV], const float* A, int lda,
                                       const float* B, int ldb, int rg, int cg) {
-  A += 4 * rg * lda;
+  A += row_of<R>(rg, 0) * lda;
   B += 4 * cg;
 #pragma unroll 4
   for (int k = 0; k < K; k += 4) {
-    float4 a[4];
+    float4 a[R];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = ld4(A + i * lda + k);
+    for (int i = 0; i < R; ++i) a[i] = ld4(A + row_of<R>(0, i) * lda + k);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       float4 b[NV];
 #pragma unroll
       for (int v = 0; v < NV; ++v) b[v] = ld4(B + (k + kk) * ldb + 64 * v);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < R; ++i) {
         const float x = elem(a[i], kk);
 #pragma unroll
         for (int v = 0; v < NV; ++v) {
@@ -161,8 +169,8 @@ __device__ __forceinline__ void mm_nn(float (&acc)[4][4 * NV], const float* A, i
 }
 
 /// Row i of a thread's mm_nn accumulator times mul, to global row `out`.
-template <int NV>
-__device__ __forceinline__ void store_row(float* out, const float (&acc)[4][4 * NV], int i,
+template <int NV, int R>
+__device__ __forceinline__ void store_row(float* out, const float (&acc)[R][4 * NV], int i,
                                           float mul, int cg) {
 #pragma unroll
   for (int v = 0; v < NV; ++v)
@@ -303,6 +311,11 @@ constexpr int bwd_blocks() {
   return HD == 64 ? 2 : 1;
 }
 
+// The backward's 64 x 64 x HD products run as two 128-thread groups
+// (warps 0-3 and 4-7) side by side, each on its own product with a thread
+// owning 8 rows (R = 8) instead of 4: twice the FMAs per shared-memory load.
+constexpr int kGroup = kThreads / 2;
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_kernel(
     const BwdParams p) {
@@ -315,21 +328,28 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_ker
   float* sdst = spt + kTile * LDP;  // dS^T [key][query]
   float* sl = sdst + kTile * LDP;   // lse * log2e of the chunk's queries
   float* sdl = sl + kTile;          // delta of the chunk's queries
-  const int tid = threadIdx.x, rg = tid / 16, cg = tid % 16;
+  const int tid = threadIdx.x, grp = tid / kGroup, rg = tid % kGroup / 16, cg = tid % 16;
   const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
   const std::int64_t k0 = std::int64_t(blockIdx.y) * kTile;  // key tile 0 (most work) first
   const float* head = p.qkv + b * p.seq * ld + h * HD;
   const float* dhead = p.dout + b * p.seq * p.d + h * HD;
   const float* lse = p.lse + bh * p.seq;
   const float* del = p.delta + bh * p.seq;
+  // Group 0: S^T = K Q^T -> P^T, then dV += P^T dO. Group 1: dP^T = V dO^T
+  // -> dS^T = P^T (dP^T - delta), then dK += dS^T Q. Both groups run the
+  // same code on different operands; each accumulates one of dV, dK.
+  const float* a1 = grp == 0 ? sk : sv;
+  const float* b1 = grp == 0 ? sq : sdo;
+  const float* a2 = grp == 0 ? spt : sdst;
+  const float* b2 = grp == 0 ? sdo : sq;
 
   load_tile<HD>(sk, head + k0 * ld + p.d, ld, p.seq - k0, tid);
   load_tile<HD>(sv, head + k0 * ld + 2 * p.d, ld, p.seq - k0, tid);
-  float dk[4][4 * NV], dv[4][4 * NV];
+  float acc[8][4 * NV];  // group 0: dV, group 1: dK (keys row_of<8>(rg, i))
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int c = 0; c < 4 * NV; ++c) dk[i][c] = dv[i][c] = 0.f;
+    for (int c = 0; c < 4 * NV; ++c) acc[i][c] = 0.f;
 
   // Queries before k0 see none of these keys.
   for (std::int64_t qc = k0; qc < p.seq; qc += kTile) {
@@ -346,39 +366,43 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_ker
     // Masked where the key comes after the query (the diagonal chunk) or the
     // query is padding (the last chunk).
     const bool edge = qc == k0 || qc + kTile > p.seq;
-    float pt[4][4], dpt[4][4];
-    mm_nt<HD>(pt, sk, LD, sq, LD, rg, cg);  // S^T: keys 4 rg + i, queries 16 j + cg
+    float t[8][4];  // S^T or dP^T: keys row_of<8>(rg, i), queries 16 j + cg
+    mm_nt<HD, 8>(t, a1, LD, b1, LD, rg, cg);
+    if (grp == 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = 16 * j + cg;
-        float pv = exp2f(pt[i][j] * p.scale_log2 - sl[col]);
-        if (edge && (k0 + 4 * rg + i > qc + col || qc + col >= p.seq)) pv = 0.f;
-        pt[i][j] = pv;
-        spt[(4 * rg + i) * LDP + col] = pv;
-      }
-    mm_nt<HD>(dpt, sv, LD, sdo, LD, rg, cg);  // dP^T
+        for (int j = 0; j < 4; ++j) {
+          const int r = row_of<8>(rg, i), col = 16 * j + cg;
+          float pv = exp2f(t[i][j] * p.scale_log2 - sl[col]);
+          if (edge && (k0 + r > qc + col || qc + col >= p.seq)) pv = 0.f;
+          spt[r * LDP + col] = pv;
+        }
+    }
+    __syncthreads();
+    if (grp == 1) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = 16 * j + cg;
-        sdst[(4 * rg + i) * LDP + col] = pt[i][j] * (dpt[i][j] - sdl[col]);
-      }
+        for (int j = 0; j < 4; ++j) {
+          const int idx = row_of<8>(rg, i) * LDP + 16 * j + cg;
+          sdst[idx] = spt[idx] * (t[i][j] - sdl[16 * j + cg]);
+        }
+    }
     __syncthreads();
     // dV += P^T dO, dK += dS^T Q (the scale is applied once at the end).
-    mm_nn<kTile, NV>(dv, spt, LDP, sdo, LD, rg, cg);
-    mm_nn<kTile, NV>(dk, sdst, LDP, sq, LD, rg, cg);
+    mm_nn<kTile, NV, 8>(acc, a2, LDP, b2, LD, rg, cg);
   }
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t key = k0 + 4 * rg + i;
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t key = k0 + row_of<8>(rg, i);
     if (key >= p.seq) continue;
     float* row = p.dqkv + (b * p.seq + key) * ld + h * HD;
-    store_row<NV>(row + p.d, dk, i, p.scale, cg);
-    store_row<NV>(row + 2 * p.d, dv, i, 1.f, cg);
+    if (grp == 0)
+      store_row<NV>(row + 2 * p.d, acc, i, 1.f, cg);
+    else
+      store_row<NV>(row + p.d, acc, i, p.scale, cg);
   }
 }
 
@@ -390,21 +414,26 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
   float* sdo = sq + kTile * LD;
   float* sk = sdo + kTile * LD;
   float* sv = sk + kTile * LD;
-  float* sds = sv + kTile * LD;  // dS [query][key]
-  const int tid = threadIdx.x, rg = tid / 16, cg = tid % 16;
+  float* sds = sv + kTile * LD;  // P, then dS [query][key]
+  const int tid = threadIdx.x, grp = tid / kGroup, rg = tid % kGroup / 16, cg = tid % 16;
   const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
   const int qb = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
   const std::int64_t q0 = std::int64_t(qb) * kTile;
   const float* head = p.qkv + b * p.seq * ld + h * HD;
+  // Group 0: S = Q K^T -> P; group 1: dP = dO V^T -> dS = P (dP - delta).
+  // Then dQ += dS K over all 256 threads (4 rows each).
+  const float* a1 = grp == 0 ? sq : sdo;
+  const float* b1 = grp == 0 ? sk : sv;
 
   load_tile<HD>(sq, head + q0 * ld, ld, p.seq - q0, tid);
   load_tile<HD>(sdo, p.dout + (b * p.seq + q0) * p.d + h * HD, p.d, p.seq - q0, tid);
-  float lse2[4], dl[4];  // this thread's rows (padding rows: 0)
+  float rowv[8];  // group 0: lse * log2e, group 1: delta of its rows (padding rows: 0)
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t row = q0 + 4 * rg + i;
-    lse2[i] = row < p.seq ? p.lse[bh * p.seq + row] * kLog2e : 0.f;
-    dl[i] = row < p.seq ? p.delta[bh * p.seq + row] : 0.f;
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t row = q0 + row_of<8>(rg, i);
+    rowv[i] = row >= p.seq             ? 0.f
+              : grp == 0 ? p.lse[bh * p.seq + row] * kLog2e
+                         : p.delta[bh * p.seq + row];
   }
   float dq[4][4 * NV];
 #pragma unroll
@@ -419,28 +448,35 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
     __syncthreads();
 
     const bool diagonal = kc == q0;
-    float s[4][4], dp[4][4];
-    mm_nt<HD>(s, sq, LD, sk, LD, rg, cg);  // S: queries 4 rg + i, keys 16 j + cg
+    float t[8][4];  // S or dP: queries row_of<8>(rg, i), keys 16 j + cg
+    mm_nt<HD, 8>(t, a1, LD, b1, LD, rg, cg);
+    if (grp == 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float pv = exp2f(s[i][j] * p.scale_log2 - lse2[i]);
-        s[i][j] = diagonal && 16 * j + cg > 4 * rg + i ? 0.f : pv;
-      }
-    mm_nt<HD>(dp, sdo, LD, sv, LD, rg, cg);  // dP = dO V^T
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        sds[(4 * rg + i) * LDP + 16 * j + cg] = s[i][j] * (dp[i][j] - dl[i]);
+        for (int j = 0; j < 4; ++j) {
+          const int r = row_of<8>(rg, i);
+          const float pv = exp2f(t[i][j] * p.scale_log2 - rowv[i]);
+          sds[r * LDP + 16 * j + cg] = diagonal && 16 * j + cg > r ? 0.f : pv;
+        }
+    }
     __syncthreads();
-    mm_nn<kTile, NV>(dq, sds, LDP, sk, LD, rg, cg);  // dQ += dS K
+    if (grp == 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int idx = row_of<8>(rg, i) * LDP + 16 * j + cg;
+          sds[idx] = sds[idx] * (t[i][j] - rowv[i]);
+        }
+    }
+    __syncthreads();
+    mm_nn<kTile, NV>(dq, sds, LDP, sk, LD, tid / 16, cg);  // dQ += dS K
   }
 
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const std::int64_t row = q0 + 4 * rg + i;
+    const std::int64_t row = q0 + 4 * (tid / 16) + i;
     if (row < p.seq) store_row<NV>(p.dqkv + (b * p.seq + row) * ld + h * HD, dq, i, p.scale, cg);
   }
 }
