@@ -75,6 +75,27 @@ struct BwdParams {
   float scale, scale_log2;
 };
 
+// --- PTX wrappers -----------------------------------------------------------
+// (the host emulation replaces this section by tests/layers/flash_cuda_emulation/prims.inc)
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (then
+// nothing is read, but the source must still be a mapped address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// --- tiles and products -----------------------------------------------------
+
 __device__ __forceinline__ float4 ld4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
@@ -94,6 +115,21 @@ __device__ __forceinline__ void load_tile(float* dst, const float* src, std::int
     const int r = c / kVecs, col = (c % kVecs) * 4;
     const float4 v = r < valid ? ld4(src + r * ld + col) : make_float4(0.f, 0.f, 0.f, 0.f);
     st4(dst + r * (HD + kPad) + col, v);
+  }
+}
+
+/// load_tile through cp.async (the caller commits and waits). SW: rows of
+/// exactly HD floats, 16-byte column c4 of row r stored at column c4 ^ (r & 7)
+/// (see mm_nt_sw); else rows of HD + kPad floats.
+template <int HD, bool SW>
+__device__ __forceinline__ void load_tile_async(float* dst, const float* src, std::int64_t ld,
+                                                std::int64_t valid, int tid) {
+  constexpr int kVecs = HD / 4, LD = SW ? HD : HD + kPad;
+#pragma unroll
+  for (int c = tid; c < kTile * kVecs; c += kThreads) {
+    const int r = c / kVecs, c4 = c % kVecs;
+    const bool ok = r < valid;
+    cp_async16(dst + r * LD + 4 * (SW ? c4 ^ (r & 7) : c4), src + (ok ? r * ld + 4 * c4 : 0), ok);
   }
 }
 
@@ -162,6 +198,98 @@ __device__ __forceinline__ void mm_nn(float (&acc)[R][4 * NV], const float* A, i
           acc[i][4 * v + 1] = fmaf(x, b[v].y, acc[i][4 * v + 1]);
           acc[i][4 * v + 2] = fmaf(x, b[v].z, acc[i][4 * v + 2]);
           acc[i][4 * v + 3] = fmaf(x, b[v].w, acc[i][4 * v + 3]);
+        }
+      }
+    }
+  }
+}
+
+/// mm_nt<K, 8> with B in the swizzled layout of load_tile_async<K, true>.
+/// B's rows 16 j + cg all have r & 7 = cg & 7, so eight offsets x[u] (u =
+/// column c4 & 7) serve all four of them; logical columns are still summed
+/// in order, so the result is that of mm_nt bit for bit. Sixteen rows at one
+/// logical column land in 8 different 16-byte bank groups: 2 wavefronts, as
+/// the padding gives, without the padding's shared memory.
+template <int K>
+__device__ __forceinline__ void mm_nt_sw(float (&acc)[8][4], const float* A, int lda,
+                                         const float* B, int rg, int cg) {
+  A += rg * lda;
+  B += cg * K;
+  int x[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) x[u] = 4 * ((u ^ cg) & 7);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+#pragma unroll 2
+  for (int k8 = 0; k8 < K; k8 += 32) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      float4 a[8], b[4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = ld4(A + 8 * i * lda + k8 + 4 * u);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = ld4(B + 16 * j * K + k8 + x[u]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float c = acc[i][j];
+          c = fmaf(a[i].x, b[j].x, c);
+          c = fmaf(a[i].y, b[j].y, c);
+          c = fmaf(a[i].z, b[j].z, c);
+          acc[i][j] = fmaf(a[i].w, b[j].w, c);
+        }
+    }
+  }
+}
+
+/// Index of (r, c) in a [64][64] P^T / dS^T tile without padding: odd rows
+/// have their 16-float quarters swapped pairwise (c ^ 16), so the two
+/// neighbouring rows a warp's halves touch at once use different banks.
+__device__ __forceinline__ int pt_index(int r, int c) { return r * kTile + (c ^ ((r & 1) << 4)); }
+
+/// acc[i][4 v + j] += sum_{k < 64} A[rg + 8 i][k] B[k][64 v + 4 cg + j] with A
+/// a [64][64] tile laid out by pt_index and B [64][HD] swizzled as in
+/// load_tile_async<HD, true>; sums in the order of mm_nn.
+template <int NV>
+__device__ __forceinline__ void mm_nn_sw(float (&acc)[8][4 * NV], const float* A, const float* B,
+                                         int rg, int cg) {
+  constexpr int HD = 64 * NV;
+  // Rows rg + 8 i share the parity of rg: column k is at k + f for k & 16 == 0
+  // and at k - f otherwise.
+  const int f = 16 * (rg & 1);
+  const float* ap = A + rg * kTile + f;
+  const float* am = A + rg * kTile - f;
+  B += 4 * (cg & 8);
+  int x[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) x[u] = 4 * ((u ^ cg) & 7);
+#pragma unroll 2
+  for (int k8 = 0; k8 < kTile; k8 += 8) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = k8 + 4 * h;
+      const float* a0 = (k & 16) ? am : ap;
+      float4 a[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = ld4(a0 + 8 * i * kTile + k);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        float4 b[NV];
+#pragma unroll
+        for (int v = 0; v < NV; ++v) b[v] = ld4(B + (k + kk) * HD + 64 * v + x[4 * h + kk]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float xa = elem(a[i], kk);
+#pragma unroll
+          for (int v = 0; v < NV; ++v) {
+            acc[i][4 * v] = fmaf(xa, b[v].x, acc[i][4 * v]);
+            acc[i][4 * v + 1] = fmaf(xa, b[v].y, acc[i][4 * v + 1]);
+            acc[i][4 * v + 2] = fmaf(xa, b[v].z, acc[i][4 * v + 2]);
+            acc[i][4 * v + 3] = fmaf(xa, b[v].w, acc[i][4 * v + 3]);
+          }
         }
       }
     }
@@ -305,78 +433,105 @@ __global__ void flash_f32_delta_kernel(const BwdParams p, std::int64_t n) {
   p.delta[(b * p.heads + h) * p.seq + i] = s;
 }
 
-// Blocks per SM the backward kernels' shared memory allows (hd 128: one).
-template <int HD>
-constexpr int bwd_blocks() {
-  return HD == 64 ? 2 : 1;
-}
-
 // The backward's 64 x 64 x HD products run as two 128-thread groups
 // (warps 0-3 and 4-7) side by side, each on its own product with a thread
 // owning 8 rows (R = 8) instead of 4: twice the FMAs per shared-memory load.
 constexpr int kGroup = kThreads / 2;
 
+// Buffers of the streamed operands (dK/dV: Q, dO; dQ: K, V). hd 128 runs one
+// block per SM, so chunk n + 1 is fetched (cp.async) while chunk n is worked
+// on; hd 64 fits two blocks per SM, which cover each other's loads.
+#ifndef KSHARD_F32_STAGES64  // (a tuning knob, not a setting)
+#define KSHARD_F32_STAGES64 1
+#endif
+template <int HD>
+constexpr int kStages = HD == 128 ? 2 : KSHARD_F32_STAGES64;
+
+// Blocks per SM the backward kernels' shared memory allows: two with one
+// buffer at hd 64, else one.
+template <int HD>
+constexpr int bwd_blocks() {
+  return kStages<HD> == 1 && HD == 64 ? 2 : 1;
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_kernel(
     const BwdParams p) {
-  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, NV = HD / 64;
+  constexpr int LD = Ld<HD>::op, NV = HD / 64, S = kStages<HD>;
   auto* sk = reinterpret_cast<float*>(flash_smem);
   float* sv = sk + kTile * LD;
-  float* sq = sv + kTile * LD;
-  float* sdo = sq + kTile * LD;
-  float* spt = sdo + kTile * LD;   // P^T [key][query]
-  float* sdst = spt + kTile * LDP;  // dS^T [key][query]
-  float* sl = sdst + kTile * LDP;   // lse * log2e of the chunk's queries
-  float* sdl = sl + kTile;          // delta of the chunk's queries
+  float* sq0 = sv + kTile * LD;        // S buffers of Q, then S of dO (swizzled, [64][HD])
+  float* sdo0 = sq0 + S * kTile * HD;
+  float* spt = sdo0 + S * kTile * HD;  // P^T [key][query] (pt_index)
+  float* sdst = spt + kTile * kTile;   // dS^T [key][query] (pt_index)
   const int tid = threadIdx.x, grp = tid / kGroup, rg = tid % kGroup / 16, cg = tid % 16;
   const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
   const std::int64_t k0 = std::int64_t(blockIdx.y) * kTile;  // key tile 0 (most work) first
   const float* head = p.qkv + b * p.seq * ld + h * HD;
   const float* dhead = p.dout + b * p.seq * p.d + h * HD;
-  const float* lse = p.lse + bh * p.seq;
-  const float* del = p.delta + bh * p.seq;
   // Group 0: S^T = K Q^T -> P^T, then dV += P^T dO. Group 1: dP^T = V dO^T
   // -> dS^T = P^T (dP^T - delta), then dK += dS^T Q. Both groups run the
-  // same code on different operands; each accumulates one of dV, dK.
+  // same code on different operands; each accumulates one of dV, dK. The
+  // queries' statistics come with them: lse (group 0), delta (group 1).
   const float* a1 = grp == 0 ? sk : sv;
-  const float* b1 = grp == 0 ? sq : sdo;
-  const float* a2 = grp == 0 ? spt : sdst;
-  const float* b2 = grp == 0 ? sdo : sq;
+  const float* stat = (grp == 0 ? p.lse : p.delta) + bh * p.seq;
+  const float stat_mul = grp == 0 ? kLog2e : 1.f;
 
+  // Queries before k0 see none of these keys: chunks qc = k0 + 64 n.
+  const int chunks = static_cast<int>((p.seq - k0 + kTile - 1) / kTile);
+  auto fetch = [&](int n) {  // chunk n's Q and dO into buffer n % S
+    const std::int64_t qc = k0 + std::int64_t(n) * kTile;
+    load_tile_async<HD, true>(sq0 + (n % S) * kTile * HD, head + qc * ld, ld, p.seq - qc, tid);
+    load_tile_async<HD, true>(sdo0 + (n % S) * kTile * HD, dhead + qc * p.d, p.d, p.seq - qc, tid);
+  };
   load_tile<HD>(sk, head + k0 * ld + p.d, ld, p.seq - k0, tid);
   load_tile<HD>(sv, head + k0 * ld + 2 * p.d, ld, p.seq - k0, tid);
-  float acc[8][4 * NV];  // group 0: dV, group 1: dK (keys row_of<8>(rg, i))
+  if (S == 2) {
+    fetch(0);
+    cp_async_commit();
+  }
+  float acc[8][4 * NV];  // group 0: dV, group 1: dK (keys rg + 8 i)
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int c = 0; c < 4 * NV; ++c) acc[i][c] = 0.f;
 
-  // Queries before k0 see none of these keys.
-  for (std::int64_t qc = k0; qc < p.seq; qc += kTile) {
-    __syncthreads();  // the previous chunk's products are done with its tiles
-    load_tile<HD>(sq, head + qc * ld, ld, p.seq - qc, tid);
-    load_tile<HD>(sdo, dhead + qc * p.d, p.d, p.seq - qc, tid);
-    if (tid < kTile) {
-      const bool valid = qc + tid < p.seq;
-      sl[tid] = valid ? lse[qc + tid] * kLog2e : 0.f;
-      sdl[tid] = valid ? del[qc + tid] : 0.f;
+  for (int n = 0; n < chunks; ++n) {
+    const std::int64_t qc = k0 + std::int64_t(n) * kTile;
+    float cv[4];  // the statistic of this thread's queries 16 j + cg
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      cv[j] = qc + 16 * j + cg < p.seq ? stat[qc + 16 * j + cg] * stat_mul : 0.f;
+    // Everyone is done with chunk n - 1: its buffers (S == 1), buffer
+    // (n + 1) % 2 (S == 2), P^T and dS^T are free.
+    __syncthreads();
+    if (S == 2) {
+      if (n + 1 < chunks) fetch(n + 1);
+      cp_async_commit();  // possibly empty: keeps one group per chunk
+      cp_async_wait<1>();  // chunk n's group is complete
+    } else {
+      fetch(n);
+      cp_async_commit();
+      cp_async_wait<0>();
     }
     __syncthreads();
+    const float* sq = sq0 + (n % S) * kTile * HD;
+    const float* sdo = sdo0 + (n % S) * kTile * HD;
 
     // Masked where the key comes after the query (the diagonal chunk) or the
     // query is padding (the last chunk).
-    const bool edge = qc == k0 || qc + kTile > p.seq;
-    float t[8][4];  // S^T or dP^T: keys row_of<8>(rg, i), queries 16 j + cg
-    mm_nt<HD, 8>(t, a1, LD, b1, LD, rg, cg);
+    const bool edge = n == 0 || qc + kTile > p.seq;
+    float t[8][4];  // S^T or dP^T: keys rg + 8 i, queries 16 j + cg
+    mm_nt_sw<HD>(t, a1, LD, grp == 0 ? sq : sdo, rg, cg);
     if (grp == 0) {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int r = row_of<8>(rg, i), col = 16 * j + cg;
-          float pv = exp2f(t[i][j] * p.scale_log2 - sl[col]);
+          const int r = rg + 8 * i, col = 16 * j + cg;
+          float pv = exp2f(t[i][j] * p.scale_log2 - cv[j]);
           if (edge && (k0 + r > qc + col || qc + col >= p.seq)) pv = 0.f;
-          spt[r * LDP + col] = pv;
+          spt[pt_index(r, col)] = pv;
         }
     }
     __syncthreads();
@@ -385,18 +540,18 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_ker
       for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int idx = row_of<8>(rg, i) * LDP + 16 * j + cg;
-          sdst[idx] = spt[idx] * (t[i][j] - sdl[16 * j + cg]);
+          const int idx = pt_index(rg + 8 * i, 16 * j + cg);
+          sdst[idx] = spt[idx] * (t[i][j] - cv[j]);
         }
     }
     __syncthreads();
     // dV += P^T dO, dK += dS^T Q (the scale is applied once at the end).
-    mm_nn<kTile, NV, 8>(acc, a2, LDP, b2, LD, rg, cg);
+    mm_nn_sw<NV>(acc, grp == 0 ? spt : sdst, grp == 0 ? sdo : sq, rg, cg);
   }
 
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const std::int64_t key = k0 + row_of<8>(rg, i);
+    const std::int64_t key = k0 + rg + 8 * i;
     if (key >= p.seq) continue;
     float* row = p.dqkv + (b * p.seq + key) * ld + h * HD;
     if (grp == 0)
@@ -409,12 +564,12 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_ker
 template <int HD>
 __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kernel(
     const BwdParams p) {
-  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, NV = HD / 64;
+  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, NV = HD / 64, S = kStages<HD>;
   auto* sq = reinterpret_cast<float*>(flash_smem);
   float* sdo = sq + kTile * LD;
-  float* sk = sdo + kTile * LD;
-  float* sv = sk + kTile * LD;
-  float* sds = sv + kTile * LD;  // P, then dS [query][key]
+  float* sk0 = sdo + kTile * LD;     // S buffers of K, then S of V
+  float* sv0 = sk0 + S * kTile * LD;
+  float* sds = sv0 + S * kTile * LD;  // P, then dS [query][key]
   const int tid = threadIdx.x, grp = tid / kGroup, rg = tid % kGroup / 16, cg = tid % 16;
   const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
   const int qb = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
@@ -423,17 +578,26 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
   // Group 0: S = Q K^T -> P; group 1: dP = dO V^T -> dS = P (dP - delta).
   // Then dQ += dS K over all 256 threads (4 rows each).
   const float* a1 = grp == 0 ? sq : sdo;
-  const float* b1 = grp == 0 ? sk : sv;
+  auto fetch = [&](int n) {  // key chunk n's K and V into buffer n % S
+    const std::int64_t kc = std::int64_t(n) * kTile;
+    load_tile_async<HD, false>(sk0 + (n % S) * kTile * LD, head + kc * ld + p.d, ld, p.seq - kc, tid);
+    load_tile_async<HD, false>(sv0 + (n % S) * kTile * LD, head + kc * ld + 2 * p.d, ld, p.seq - kc,
+                               tid);
+  };
 
   load_tile<HD>(sq, head + q0 * ld, ld, p.seq - q0, tid);
   load_tile<HD>(sdo, p.dout + (b * p.seq + q0) * p.d + h * HD, p.d, p.seq - q0, tid);
+  if (S == 2) {
+    fetch(0);
+    cp_async_commit();
+  }
   float rowv[8];  // group 0: lse * log2e, group 1: delta of its rows (padding rows: 0)
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const std::int64_t row = q0 + row_of<8>(rg, i);
-    rowv[i] = row >= p.seq             ? 0.f
-              : grp == 0 ? p.lse[bh * p.seq + row] * kLog2e
-                         : p.delta[bh * p.seq + row];
+    const std::int64_t row = q0 + rg + 8 * i;
+    rowv[i] = row >= p.seq ? 0.f
+              : grp == 0   ? p.lse[bh * p.seq + row] * kLog2e
+                           : p.delta[bh * p.seq + row];
   }
   float dq[4][4 * NV];
 #pragma unroll
@@ -441,21 +605,31 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
 #pragma unroll
     for (int c = 0; c < 4 * NV; ++c) dq[i][c] = 0.f;
 
-  for (std::int64_t kc = 0; kc <= q0; kc += kTile) {
-    __syncthreads();  // the previous chunk's dQ += dS K is done with sk and sds
-    load_tile<HD>(sk, head + kc * ld + p.d, ld, p.seq - kc, tid);
-    load_tile<HD>(sv, head + kc * ld + 2 * p.d, ld, p.seq - kc, tid);
+  for (int n = 0; n <= qb; ++n) {
+    // Everyone is done with chunk n - 1 (its buffers, sds).
     __syncthreads();
+    if (S == 2) {
+      if (n < qb) fetch(n + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      fetch(n);
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const float* sk = sk0 + (n % S) * kTile * LD;
+    const float* sv = sv0 + (n % S) * kTile * LD;
 
-    const bool diagonal = kc == q0;
-    float t[8][4];  // S or dP: queries row_of<8>(rg, i), keys 16 j + cg
-    mm_nt<HD, 8>(t, a1, LD, b1, LD, rg, cg);
+    const bool diagonal = n == qb;
+    float t[8][4];  // S or dP: queries rg + 8 i, keys 16 j + cg
+    mm_nt<HD, 8>(t, a1, LD, grp == 0 ? sk : sv, LD, rg, cg);
     if (grp == 0) {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int r = row_of<8>(rg, i);
+          const int r = rg + 8 * i;
           const float pv = exp2f(t[i][j] * p.scale_log2 - rowv[i]);
           sds[r * LDP + 16 * j + cg] = diagonal && 16 * j + cg > r ? 0.f : pv;
         }
@@ -466,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
       for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int idx = row_of<8>(rg, i) * LDP + 16 * j + cg;
+          const int idx = (rg + 8 * i) * LDP + 16 * j + cg;
           sds[idx] = sds[idx] * (t[i][j] - rowv[i]);
         }
     }
@@ -505,11 +679,12 @@ struct Smem {
   static constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p;
   // Forward: Q, K (then P), V tiles.
   static constexpr std::size_t fwd = 3 * kTile * LD * sizeof(float);
-  // dK/dV: K, V, Q, dO tiles + P^T, dS^T + lse, delta of the chunk.
+  // dK/dV: K, V tiles (padded), S Q and S dO buffers (swizzled), P^T, dS^T.
   static constexpr std::size_t dkdv =
-      (4 * kTile * LD + 2 * kTile * LDP + 2 * kTile) * sizeof(float);
-  // dQ: Q, dO, K, V tiles + dS.
-  static constexpr std::size_t dq = (4 * kTile * LD + kTile * LDP) * sizeof(float);
+      (2 * kTile * LD + 2 * kStages<HD> * kTile * HD + 2 * kTile * kTile) * sizeof(float);
+  // dQ: Q, dO tiles, S K and S V buffers, dS (all padded).
+  static constexpr std::size_t dq =
+      (2 * kTile * LD + 2 * kStages<HD> * kTile * LD + kTile * LDP) * sizeof(float);
   static constexpr std::size_t most = fwd > dkdv ? (fwd > dq ? fwd : dq) : (dkdv > dq ? dkdv : dq);
 };
 
