@@ -599,11 +599,15 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
               : grp == 0   ? p.lse[bh * p.seq + row] * kLog2e
                            : p.delta[bh * p.seq + row];
   }
-  float dq[4][4 * NV];
+  // dQ += dS K: at hd 128 group g owns columns 64 g .. 64 g + 63 with 8 rows
+  // per thread (as the groups' other products); at hd 64, 4 rows per thread
+  // over all 256 threads.
+  constexpr int DR = HD == 128 ? 8 : 4;
+  float dq[DR][4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < DR; ++i)
 #pragma unroll
-    for (int c = 0; c < 4 * NV; ++c) dq[i][c] = 0.f;
+    for (int c = 0; c < 4; ++c) dq[i][c] = 0.f;
 
   for (int n = 0; n <= qb; ++n) {
     // Everyone is done with chunk n - 1 (its buffers, sds).
@@ -645,13 +649,18 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kerne
         }
     }
     __syncthreads();
-    mm_nn<kTile, NV>(dq, sds, LDP, sk, LD, tid / 16, cg);  // dQ += dS K
+    if constexpr (DR == 8)
+      mm_nn<kTile, 1, 8>(dq, sds, LDP, sk + 64 * grp, LD, rg, cg);
+    else
+      mm_nn<kTile, 1, 4>(dq, sds, LDP, sk, LD, tid / 16, cg);
   }
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t row = q0 + 4 * (tid / 16) + i;
-    if (row < p.seq) store_row<NV>(p.dqkv + (b * p.seq + row) * ld + h * HD, dq, i, p.scale, cg);
+  for (int i = 0; i < DR; ++i) {
+    const std::int64_t row = q0 + (DR == 8 ? rg + 8 * i : 4 * (tid / 16) + i);
+    if (row < p.seq)
+      store_row<1>(p.dqkv + (b * p.seq + row) * ld + h * HD + (DR == 8 ? 64 * grp : 0), dq, i,
+                   p.scale, cg);
   }
 }
 
