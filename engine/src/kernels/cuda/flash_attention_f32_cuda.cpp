@@ -4,18 +4,25 @@
 // dims 64 and 128; everything else stays on the portable kernel.
 //
 // Every product is a 64 x 64 (or 64 x HD) tile from operands in shared memory,
-// 256 threads, thread (rg, cg) = (tid / 16, tid % 16) owning rows 4 rg .. 4 rg + 3
-// of the result and either
+// 256 threads per block. A thread owns R rows of a product's result and
+// columns of the form 16 j + cg (mm_nt) or 64 v + 4 cg + j (mm_nn), cg = tid % 16:
 //   mm_nt (C = A B^T, reduction index contiguous in both, e.g. S = Q K^T):
-//     columns 16 j + cg, j < 4; per 4 reduction steps 8 float4 loads feed 64 FMAs;
-//     strided columns make the 16 B rows a half-warp reads start 4 banks apart
-//     (rows of HD + 4 floats), so they are read in 2 wavefronts;
-//   mm_nn (C += A B, B row-major [k][n], e.g. O += P V):
-//     columns 64 v + 4 cg + j; a half-warp reads 256 contiguous bytes of B.
+//     per 4 reduction steps R + 4 float4 loads feed 16 R FMAs; a half-warp
+//     reads 16 rows of B at one column, which padding (rows of HD + 4 floats)
+//     or a swizzle (mm_nt_sw) spreads over the banks: 2 wavefronts;
+//   mm_nn (C += A B, B row-major [k][n], e.g. O += P V): a half-warp reads
+//     256 contiguous bytes of B per step.
 // A's rows are shared by the 16 threads of a half-warp (broadcast).
-// Each thread holds the rows it owns in every product of a kernel, so the
-// online-softmax statistics of a row live in the 16 lanes of one half-warp and
-// are combined with shuffles; the rescale of O is thread-local.
+// The forward: R = 4 over all 256 threads (rows 4 rg + i, rg = tid / 16), so
+// a row's online-softmax statistics live in one half-warp (shuffles) and the
+// rescale of O is thread-local.
+// The backward (where the time goes: 7 products to the forward's 2): the
+// block is two 128-thread groups (warps 0-3, 4-7) each on its own product
+// side by side, with R = 8 (rows rg + 8 i, rg = tid % 128 / 16): 8 x 4 tiles
+// for the 64 x 64 products and 8 x 8 (hd 128) for dV, dK: 1.3x and 1.5x the
+// FMAs per shared load of the 4 x 4 and 4 x 8 tiles before, which left the products bound by shared
+// memory. The groups' neighbouring rows (rg, rg + 1 in one warp) sit in
+// different banks.
 //
 // Kernels (grid = (batch*heads, 64-row tiles); every tile and chunk is 64 rows):
 //   forward  block = query tile, longest causal rows first; key tiles 0..qb
@@ -24,17 +31,25 @@
 //            to become the A operand of O += P V.
 //   delta    delta = rowsum(dO * O) per (token, head).
 //   dK, dV   block = key tile (tile 0, which every query sees, first); query
-//            chunks from the diagonal on: S^T = K Q^T and dP^T = V dO^T in the
-//            key-major layout, P^T and dS^T = P^T (dP^T - delta) to shared
-//            memory, dV += P^T dO, dK += dS^T Q.
-//   dQ       block = query tile, longest first; key chunks 0..qb: S, dP, dS to
-//            shared memory, dQ += dS K.
-// Operands are loaded synchronously (float4 global loads, zero past seq): one
-// 64-row chunk costs a few hundred cycles against tens of thousands of FMA
-// cycles of products, and two blocks per SM (where shared memory allows)
-// cover the loads of each other.
+//            chunks from the diagonal on. Group 0: S^T = K Q^T -> P^T (shared),
+//            then dV += P^T dO; group 1: dP^T = V dO^T, then (after P^T is
+//            there) dS^T = P^T (dP^T - delta) (shared), then dK += dS^T Q.
+//   dQ       block = query tile, longest first; key chunks 0..qb. Group 0:
+//            S -> P (shared); group 1: dP, then dS = P (dP - delta) in place;
+//            then dQ += dS K (hd 128: each group half the columns, R = 8; hd
+//            64: all threads, R = 4).
+// Loads: the forward's and the tiles a backward block keeps (dK/dV: K, V;
+// dQ: Q, dO) are loaded synchronously (float4, zero past seq). The backward streams its
+// chunks (dK/dV: Q, dO; dQ: K, V) with cp.async; at hd 128 (one block per
+// SM: nothing else covers the loads) into two buffers, chunk n + 1 arriving
+// while chunk n is worked on. To fit dK/dV's two Q and two dO buffers (226
+// KiB of the 227 an H100/H200 block may have), those and P^T / dS^T are
+// swizzled instead of padded (load_tile_async, mm_nt_sw, pt_index, mm_nn_sw).
+// hd 64 keeps one buffer and fits two blocks per SM, which cover each
+// other's loads.
 // Determinism: no atomics; each output element is written by one thread, and
-// every sum runs in a fixed order, so results are bitwise reproducible.
+// every sum runs in a fixed order (the reduction index in order, as the
+// portable kernel), so results are bitwise reproducible.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -696,6 +711,11 @@ struct Smem {
       (2 * kTile * LD + 2 * kStages<HD> * kTile * LD + kTile * LDP) * sizeof(float);
   static constexpr std::size_t most = fwd > dkdv ? (fwd > dq ? fwd : dq) : (dkdv > dq ? dkdv : dq);
 };
+// What the comments (and the choice of one block per SM at hd 128, two at 64)
+// assume: hd 128 within an H100/H200 block's 227 KiB, hd 64 two blocks to an SM.
+static_assert(Smem<128>::most <= 227 * 1024, "hd 128 exceeds an H100's shared memory per block");
+static_assert(KSHARD_F32_STAGES64 != 1 || 2 * (Smem<64>::most + 1024) <= 228 * 1024,
+              "hd 64 no longer fits two blocks per SM");
 
 template <int HD>
 void forward(const FlashArgs<float>& a, cudaStream_t stream) {
@@ -730,8 +750,9 @@ bool flash_f32_serves(const FlashArgs<float>& a) {
   const std::int64_t hd = a.head_dim();
   if (hd != 64 && hd != 128) return false;
   // The kernels' shared memory must fit the current GPU's per-block opt-in
-  // limit (hd 128's dK/dV kernel takes 167 KiB: an H100/H200 has 227, an
-  // A100 163): else the portable kernel serves, rather than a failed launch.
+  // limit (hd 128's dK/dV kernel takes 226 KiB: an H100/H200 has 227, an
+  // A100 163; hd 64 takes at most 98 KiB): else the portable kernel serves,
+  // rather than a failed launch.
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
