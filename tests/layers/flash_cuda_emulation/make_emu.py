@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rewrites engine/src/kernels/cuda/flash_attention_cuda.cpp (or flash_attention_f32_cuda.cpp)
 into plain C++ for the host emulation: the CUDA headers go, the PTX wrappers (from '// --- PTX wrappers' to
-'// --- fragment helpers') are replaced by prims.inc, kernel launches <<<...>>>
+the next '// --- ' section) are replaced by prims.inc, kernel launches <<<...>>>
 become emu_launch(...). The kernels themselves are used verbatim.
 
   make_emu.py <flash_attention[_f32]_cuda.cpp> <out.cpp>
@@ -12,8 +12,9 @@ import sys
 src, out = sys.argv[1], sys.argv[2]
 s = open(src).read()
 s = re.sub(r'#include <cuda_[a-z0-9_]+\.h>\n', '', s)
-if '// --- PTX wrappers' in s:  # flash_attention_f32_cuda.cpp has none
-    a, b = s.index('// --- PTX wrappers'), s.index('// --- fragment helpers')
+if '// --- PTX wrappers' in s:
+    a = s.index('// --- PTX wrappers')
+    b = s.index('\n// --- ', a + 1) + 1  # the next section
     s = s[:a] + '#include "prims.inc"\n' + s[b:]
 s = s.replace('extern __shared__ __align__(16) unsigned char flash_smem[];', '')
 s = s.replace('Kokkos::DefaultExecutionSpace().cuda_stream()', 'emu_stream()')

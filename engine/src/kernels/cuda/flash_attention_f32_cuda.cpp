@@ -4,18 +4,25 @@
 // dims 64 and 128; everything else stays on the portable kernel.
 //
 // Every product is a 64 x 64 (or 64 x HD) tile from operands in shared memory,
-// 256 threads, thread (rg, cg) = (tid / 16, tid % 16) owning rows 4 rg .. 4 rg + 3
-// of the result and either
+// 256 threads per block. A thread owns R rows of a product's result and
+// columns of the form 16 j + cg (mm_nt) or 64 v + 4 cg + j (mm_nn), cg = tid % 16:
 //   mm_nt (C = A B^T, reduction index contiguous in both, e.g. S = Q K^T):
-//     columns 16 j + cg, j < 4; per 4 reduction steps 8 float4 loads feed 64 FMAs;
-//     strided columns make the 16 B rows a half-warp reads start 4 banks apart
-//     (rows of HD + 4 floats), so they are read in 2 wavefronts;
-//   mm_nn (C += A B, B row-major [k][n], e.g. O += P V):
-//     columns 64 v + 4 cg + j; a half-warp reads 256 contiguous bytes of B.
+//     per 4 reduction steps R + 4 float4 loads feed 16 R FMAs; a half-warp
+//     reads 16 rows of B at one column, which padding (rows of HD + 4 floats)
+//     or a swizzle (mm_nt_sw) spreads over the banks: 2 wavefronts;
+//   mm_nn (C += A B, B row-major [k][n], e.g. O += P V): a half-warp reads
+//     256 contiguous bytes of B per step.
 // A's rows are shared by the 16 threads of a half-warp (broadcast).
-// Each thread holds the rows it owns in every product of a kernel, so the
-// online-softmax statistics of a row live in the 16 lanes of one half-warp and
-// are combined with shuffles; the rescale of O is thread-local.
+// The forward: R = 4 over all 256 threads (rows 4 rg + i, rg = tid / 16), so
+// a row's online-softmax statistics live in one half-warp (shuffles) and the
+// rescale of O is thread-local.
+// The backward (where the time goes: 7 products to the forward's 2): the
+// block is two 128-thread groups (warps 0-3, 4-7) each on its own product
+// side by side, with R = 8 (rows rg + 8 i, rg = tid % 128 / 16): 8 x 4 tiles
+// for the 64 x 64 products and 8 x 8 (hd 128) for dV, dK: 1.3x and 1.5x the
+// FMAs per shared load of the 4 x 4 and 4 x 8 tiles before, which left the products bound by shared
+// memory. The groups' neighbouring rows (rg, rg + 1 in one warp) sit in
+// different banks.
 //
 // Kernels (grid = (batch*heads, 64-row tiles); every tile and chunk is 64 rows):
 //   forward  block = query tile, longest causal rows first; key tiles 0..qb
@@ -24,17 +31,25 @@
 //            to become the A operand of O += P V.
 //   delta    delta = rowsum(dO * O) per (token, head).
 //   dK, dV   block = key tile (tile 0, which every query sees, first); query
-//            chunks from the diagonal on: S^T = K Q^T and dP^T = V dO^T in the
-//            key-major layout, P^T and dS^T = P^T (dP^T - delta) to shared
-//            memory, dV += P^T dO, dK += dS^T Q.
-//   dQ       block = query tile, longest first; key chunks 0..qb: S, dP, dS to
-//            shared memory, dQ += dS K.
-// Operands are loaded synchronously (float4 global loads, zero past seq): one
-// 64-row chunk costs a few hundred cycles against tens of thousands of FMA
-// cycles of products, and two blocks per SM (where shared memory allows)
-// cover the loads of each other.
+//            chunks from the diagonal on. Group 0: S^T = K Q^T -> P^T (shared),
+//            then dV += P^T dO; group 1: dP^T = V dO^T, then (after P^T is
+//            there) dS^T = P^T (dP^T - delta) (shared), then dK += dS^T Q.
+//   dQ       block = query tile, longest first; key chunks 0..qb. Group 0:
+//            S -> P (shared); group 1: dP, then dS = P (dP - delta) in place;
+//            then dQ += dS K (hd 128: each group half the columns, R = 8; hd
+//            64: all threads, R = 4).
+// Loads: the forward's and the tiles a backward block keeps (dK/dV: K, V;
+// dQ: Q, dO) are loaded synchronously (float4, zero past seq). The backward streams its
+// chunks (dK/dV: Q, dO; dQ: K, V) with cp.async; at hd 128 (one block per
+// SM: nothing else covers the loads) into two buffers, chunk n + 1 arriving
+// while chunk n is worked on. To fit dK/dV's two Q and two dO buffers (226
+// KiB of the 227 an H100/H200 block may have), those and P^T / dS^T are
+// swizzled instead of padded (load_tile_async, mm_nt_sw, pt_index, mm_nn_sw).
+// hd 64 keeps one buffer and fits two blocks per SM, which cover each
+// other's loads.
 // Determinism: no atomics; each output element is written by one thread, and
-// every sum runs in a fixed order, so results are bitwise reproducible.
+// every sum runs in a fixed order (the reduction index in order, as the
+// portable kernel), so results are bitwise reproducible.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -75,6 +90,27 @@ struct BwdParams {
   float scale, scale_log2;
 };
 
+// --- PTX wrappers -----------------------------------------------------------
+// (the host emulation replaces this section by tests/layers/flash_cuda_emulation/prims.inc)
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (then
+// nothing is read, but the source must still be a mapped address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// --- tiles and products -----------------------------------------------------
+
 __device__ __forceinline__ float4 ld4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
@@ -97,26 +133,49 @@ __device__ __forceinline__ void load_tile(float* dst, const float* src, std::int
   }
 }
 
-/// acc[i][j] = sum_{k < K} A[4 rg + i][k] B[16 j + cg][k] (A, B row-major in
-/// shared memory, strides lda, ldb).
-template <int K>
-__device__ __forceinline__ void mm_nt(float (&acc)[4][4], const float* A, int lda, const float* B,
+/// load_tile through cp.async (the caller commits and waits). SW: rows of
+/// exactly HD floats, 16-byte column c4 of row r stored at column c4 ^ (r & 7)
+/// (see mm_nt_sw); else rows of HD + kPad floats.
+template <int HD, bool SW>
+__device__ __forceinline__ void load_tile_async(float* dst, const float* src, std::int64_t ld,
+                                                std::int64_t valid, int tid) {
+  constexpr int kVecs = HD / 4, LD = SW ? HD : HD + kPad;
+#pragma unroll
+  for (int c = tid; c < kTile * kVecs; c += kThreads) {
+    const int r = c / kVecs, c4 = c % kVecs;
+    const bool ok = r < valid;
+    cp_async16(dst + r * LD + 4 * (SW ? c4 ^ (r & 7) : c4), src + (ok ? r * ld + 4 * c4 : 0), ok);
+  }
+}
+
+/// acc[i][j] = sum_{k < K} A[row(i)][k] B[16 j + cg][k] (A, B row-major in
+/// shared memory, strides lda, ldb), row(i) = R rg + i for R = 4 (a
+/// 256-thread product) and rg + 8 i for R = 8 (a 128-thread group): the two
+/// row groups of a warp then read neighbouring rows, which the padding puts
+/// in different banks (rows 8 apart would share them).
+template <int R>
+__device__ __forceinline__ int row_of(int rg, int i) {
+  return R == 4 ? 4 * rg + i : rg + 8 * i;
+}
+
+template <int K, int R = 4>
+__device__ __forceinline__ void mm_nt(float (&acc)[R][4], const float* A, int lda, const float* B,
                                       int ldb, int rg, int cg) {
-  A += 4 * rg * lda;
+  A += row_of<R>(rg, 0) * lda;
   B += cg * ldb;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
-#pragma unroll 8
+#pragma unroll(R == 4 ? 8 : 4)
   for (int k = 0; k < K; k += 4) {
-    float4 a[4], b[4];
+    float4 a[R], b[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = ld4(A + i * lda + k);
+    for (int i = 0; i < R; ++i) a[i] = ld4(A + (row_of<R>(0, i)) * lda + k);
 #pragma unroll
     for (int j = 0; j < 4; ++j) b[j] = ld4(B + 16 * j * ldb + k);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < R; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float c = acc[i][j];
@@ -128,25 +187,25 @@ __device__ __forceinline__ void mm_nt(float (&acc)[4][4], const float* A, int ld
   }
 }
 
-/// acc[i][4 v + j] += sum_{k < K} A[4 rg + i][k] B[k][64 v + 4 cg + j] (A, B
-/// row-major in shared memory).
-template <int K, int NV>
-__device__ __forceinline__ void mm_nn(float (&acc)[4][4 * NV], const float* A, int lda,
+/// acc[i][4 v + j] += sum_{k < K} A[row(i)][k] B[k][64 v + 4 cg + j] (A, B
+/// row-major in shared memory; row(i) as in mm_nt).
+template <int K, int NV, int R = 4>
+__device__ __forceinline__ void mm_nn(float (&acc)[R][4 * NV], const float* A, int lda,
                                       const float* B, int ldb, int rg, int cg) {
-  A += 4 * rg * lda;
+  A += row_of<R>(rg, 0) * lda;
   B += 4 * cg;
 #pragma unroll 4
   for (int k = 0; k < K; k += 4) {
-    float4 a[4];
+    float4 a[R];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = ld4(A + i * lda + k);
+    for (int i = 0; i < R; ++i) a[i] = ld4(A + row_of<R>(0, i) * lda + k);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       float4 b[NV];
 #pragma unroll
       for (int v = 0; v < NV; ++v) b[v] = ld4(B + (k + kk) * ldb + 64 * v);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < R; ++i) {
         const float x = elem(a[i], kk);
 #pragma unroll
         for (int v = 0; v < NV; ++v) {
@@ -160,9 +219,101 @@ __device__ __forceinline__ void mm_nn(float (&acc)[4][4 * NV], const float* A, i
   }
 }
 
-/// Row i of a thread's mm_nn accumulator times mul, to global row `out`.
+/// mm_nt<K, 8> with B in the swizzled layout of load_tile_async<K, true>.
+/// B's rows 16 j + cg all have r & 7 = cg & 7, so eight offsets x[u] (u =
+/// column c4 & 7) serve all four of them; logical columns are still summed
+/// in order, so the result is that of mm_nt bit for bit. Sixteen rows at one
+/// logical column land in 8 different 16-byte bank groups: 2 wavefronts, as
+/// the padding gives, without the padding's shared memory.
+template <int K>
+__device__ __forceinline__ void mm_nt_sw(float (&acc)[8][4], const float* A, int lda,
+                                         const float* B, int rg, int cg) {
+  A += rg * lda;
+  B += cg * K;
+  int x[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) x[u] = 4 * ((u ^ cg) & 7);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+#pragma unroll 2
+  for (int k8 = 0; k8 < K; k8 += 32) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      float4 a[8], b[4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = ld4(A + 8 * i * lda + k8 + 4 * u);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = ld4(B + 16 * j * K + k8 + x[u]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float c = acc[i][j];
+          c = fmaf(a[i].x, b[j].x, c);
+          c = fmaf(a[i].y, b[j].y, c);
+          c = fmaf(a[i].z, b[j].z, c);
+          acc[i][j] = fmaf(a[i].w, b[j].w, c);
+        }
+    }
+  }
+}
+
+/// Index of (r, c) in a [64][64] P^T / dS^T tile without padding: odd rows
+/// have their 16-float quarters swapped pairwise (c ^ 16), so the two
+/// neighbouring rows a warp's halves touch at once use different banks.
+__device__ __forceinline__ int pt_index(int r, int c) { return r * kTile + (c ^ ((r & 1) << 4)); }
+
+/// acc[i][4 v + j] += sum_{k < 64} A[rg + 8 i][k] B[k][64 v + 4 cg + j] with A
+/// a [64][64] tile laid out by pt_index and B [64][HD] swizzled as in
+/// load_tile_async<HD, true>; sums in the order of mm_nn.
 template <int NV>
-__device__ __forceinline__ void store_row(float* out, const float (&acc)[4][4 * NV], int i,
+__device__ __forceinline__ void mm_nn_sw(float (&acc)[8][4 * NV], const float* A, const float* B,
+                                         int rg, int cg) {
+  constexpr int HD = 64 * NV;
+  // Rows rg + 8 i share the parity of rg: column k is at k + f for k & 16 == 0
+  // and at k - f otherwise.
+  const int f = 16 * (rg & 1);
+  const float* ap = A + rg * kTile + f;
+  const float* am = A + rg * kTile - f;
+  B += 4 * (cg & 8);
+  int x[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) x[u] = 4 * ((u ^ cg) & 7);
+#pragma unroll 2
+  for (int k8 = 0; k8 < kTile; k8 += 8) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = k8 + 4 * h;
+      const float* a0 = (k & 16) ? am : ap;
+      float4 a[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = ld4(a0 + 8 * i * kTile + k);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        float4 b[NV];
+#pragma unroll
+        for (int v = 0; v < NV; ++v) b[v] = ld4(B + (k + kk) * HD + 64 * v + x[4 * h + kk]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float xa = elem(a[i], kk);
+#pragma unroll
+          for (int v = 0; v < NV; ++v) {
+            acc[i][4 * v] = fmaf(xa, b[v].x, acc[i][4 * v]);
+            acc[i][4 * v + 1] = fmaf(xa, b[v].y, acc[i][4 * v + 1]);
+            acc[i][4 * v + 2] = fmaf(xa, b[v].z, acc[i][4 * v + 2]);
+            acc[i][4 * v + 3] = fmaf(xa, b[v].w, acc[i][4 * v + 3]);
+          }
+        }
+      }
+    }
+  }
+}
+
+/// Row i of a thread's mm_nn accumulator times mul, to global row `out`.
+template <int NV, int R>
+__device__ __forceinline__ void store_row(float* out, const float (&acc)[R][4 * NV], int i,
                                           float mul, int cg) {
 #pragma unroll
   for (int v = 0; v < NV; ++v)
@@ -297,151 +448,234 @@ __global__ void flash_f32_delta_kernel(const BwdParams p, std::int64_t n) {
   p.delta[(b * p.heads + h) * p.seq + i] = s;
 }
 
-// Blocks per SM the backward kernels' shared memory allows (hd 128: one).
+// The backward's 64 x 64 x HD products run as two 128-thread groups
+// (warps 0-3 and 4-7) side by side, each on its own product with a thread
+// owning 8 rows (R = 8) instead of 4: twice the FMAs per shared-memory load.
+constexpr int kGroup = kThreads / 2;
+
+// Buffers of the streamed operands (dK/dV: Q, dO; dQ: K, V). hd 128 runs one
+// block per SM, so chunk n + 1 is fetched (cp.async) while chunk n is worked
+// on; hd 64 fits two blocks per SM, which cover each other's loads.
+#ifndef KSHARD_F32_STAGES64  // (a tuning knob, not a setting)
+#define KSHARD_F32_STAGES64 1
+#endif
+template <int HD>
+constexpr int kStages = HD == 128 ? 2 : KSHARD_F32_STAGES64;
+
+// Blocks per SM the backward kernels' shared memory allows: two with one
+// buffer at hd 64, else one.
 template <int HD>
 constexpr int bwd_blocks() {
-  return HD == 64 ? 2 : 1;
+  return kStages<HD> == 1 && HD == 64 ? 2 : 1;
 }
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_kernel(
     const BwdParams p) {
-  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, NV = HD / 64;
+  constexpr int LD = Ld<HD>::op, NV = HD / 64, S = kStages<HD>;
   auto* sk = reinterpret_cast<float*>(flash_smem);
   float* sv = sk + kTile * LD;
-  float* sq = sv + kTile * LD;
-  float* sdo = sq + kTile * LD;
-  float* spt = sdo + kTile * LD;   // P^T [key][query]
-  float* sdst = spt + kTile * LDP;  // dS^T [key][query]
-  float* sl = sdst + kTile * LDP;   // lse * log2e of the chunk's queries
-  float* sdl = sl + kTile;          // delta of the chunk's queries
-  const int tid = threadIdx.x, rg = tid / 16, cg = tid % 16;
+  float* sq0 = sv + kTile * LD;        // S buffers of Q, then S of dO (swizzled, [64][HD])
+  float* sdo0 = sq0 + S * kTile * HD;
+  float* spt = sdo0 + S * kTile * HD;  // P^T [key][query] (pt_index)
+  float* sdst = spt + kTile * kTile;   // dS^T [key][query] (pt_index)
+  const int tid = threadIdx.x, grp = tid / kGroup, rg = tid % kGroup / 16, cg = tid % 16;
   const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
   const std::int64_t k0 = std::int64_t(blockIdx.y) * kTile;  // key tile 0 (most work) first
   const float* head = p.qkv + b * p.seq * ld + h * HD;
   const float* dhead = p.dout + b * p.seq * p.d + h * HD;
-  const float* lse = p.lse + bh * p.seq;
-  const float* del = p.delta + bh * p.seq;
+  // Group 0: S^T = K Q^T -> P^T, then dV += P^T dO. Group 1: dP^T = V dO^T
+  // -> dS^T = P^T (dP^T - delta), then dK += dS^T Q. Both groups run the
+  // same code on different operands; each accumulates one of dV, dK. The
+  // queries' statistics come with them: lse (group 0), delta (group 1).
+  const float* a1 = grp == 0 ? sk : sv;
+  const float* stat = (grp == 0 ? p.lse : p.delta) + bh * p.seq;
+  const float stat_mul = grp == 0 ? kLog2e : 1.f;
 
+  // Queries before k0 see none of these keys: chunks qc = k0 + 64 n.
+  const int chunks = static_cast<int>((p.seq - k0 + kTile - 1) / kTile);
+  auto fetch = [&](int n) {  // chunk n's Q and dO into buffer n % S
+    const std::int64_t qc = k0 + std::int64_t(n) * kTile;
+    load_tile_async<HD, true>(sq0 + (n % S) * kTile * HD, head + qc * ld, ld, p.seq - qc, tid);
+    load_tile_async<HD, true>(sdo0 + (n % S) * kTile * HD, dhead + qc * p.d, p.d, p.seq - qc, tid);
+  };
   load_tile<HD>(sk, head + k0 * ld + p.d, ld, p.seq - k0, tid);
   load_tile<HD>(sv, head + k0 * ld + 2 * p.d, ld, p.seq - k0, tid);
-  float dk[4][4 * NV], dv[4][4 * NV];
+  if (S == 2) {
+    fetch(0);
+    cp_async_commit();
+  }
+  float acc[8][4 * NV];  // group 0: dV, group 1: dK (keys rg + 8 i)
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int c = 0; c < 4 * NV; ++c) dk[i][c] = dv[i][c] = 0.f;
+    for (int c = 0; c < 4 * NV; ++c) acc[i][c] = 0.f;
 
-  // Queries before k0 see none of these keys.
-  for (std::int64_t qc = k0; qc < p.seq; qc += kTile) {
-    __syncthreads();  // the previous chunk's products are done with its tiles
-    load_tile<HD>(sq, head + qc * ld, ld, p.seq - qc, tid);
-    load_tile<HD>(sdo, dhead + qc * p.d, p.d, p.seq - qc, tid);
-    if (tid < kTile) {
-      const bool valid = qc + tid < p.seq;
-      sl[tid] = valid ? lse[qc + tid] * kLog2e : 0.f;
-      sdl[tid] = valid ? del[qc + tid] : 0.f;
+  for (int n = 0; n < chunks; ++n) {
+    const std::int64_t qc = k0 + std::int64_t(n) * kTile;
+    float cv[4];  // the statistic of this thread's queries 16 j + cg
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      cv[j] = qc + 16 * j + cg < p.seq ? stat[qc + 16 * j + cg] * stat_mul : 0.f;
+    // Everyone is done with chunk n - 1: its buffers (S == 1), buffer
+    // (n + 1) % 2 (S == 2), P^T and dS^T are free.
+    __syncthreads();
+    if (S == 2) {
+      if (n + 1 < chunks) fetch(n + 1);
+      cp_async_commit();  // possibly empty: keeps one group per chunk
+      cp_async_wait<1>();  // chunk n's group is complete
+    } else {
+      fetch(n);
+      cp_async_commit();
+      cp_async_wait<0>();
     }
     __syncthreads();
+    const float* sq = sq0 + (n % S) * kTile * HD;
+    const float* sdo = sdo0 + (n % S) * kTile * HD;
 
     // Masked where the key comes after the query (the diagonal chunk) or the
     // query is padding (the last chunk).
-    const bool edge = qc == k0 || qc + kTile > p.seq;
-    float pt[4][4], dpt[4][4];
-    mm_nt<HD>(pt, sk, LD, sq, LD, rg, cg);  // S^T: keys 4 rg + i, queries 16 j + cg
+    const bool edge = n == 0 || qc + kTile > p.seq;
+    float t[8][4];  // S^T or dP^T: keys rg + 8 i, queries 16 j + cg
+    mm_nt_sw<HD>(t, a1, LD, grp == 0 ? sq : sdo, rg, cg);
+    if (grp == 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = 16 * j + cg;
-        float pv = exp2f(pt[i][j] * p.scale_log2 - sl[col]);
-        if (edge && (k0 + 4 * rg + i > qc + col || qc + col >= p.seq)) pv = 0.f;
-        pt[i][j] = pv;
-        spt[(4 * rg + i) * LDP + col] = pv;
-      }
-    mm_nt<HD>(dpt, sv, LD, sdo, LD, rg, cg);  // dP^T
+        for (int j = 0; j < 4; ++j) {
+          const int r = rg + 8 * i, col = 16 * j + cg;
+          float pv = exp2f(t[i][j] * p.scale_log2 - cv[j]);
+          if (edge && (k0 + r > qc + col || qc + col >= p.seq)) pv = 0.f;
+          spt[pt_index(r, col)] = pv;
+        }
+    }
+    __syncthreads();
+    if (grp == 1) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = 16 * j + cg;
-        sdst[(4 * rg + i) * LDP + col] = pt[i][j] * (dpt[i][j] - sdl[col]);
-      }
+        for (int j = 0; j < 4; ++j) {
+          const int idx = pt_index(rg + 8 * i, 16 * j + cg);
+          sdst[idx] = spt[idx] * (t[i][j] - cv[j]);
+        }
+    }
     __syncthreads();
     // dV += P^T dO, dK += dS^T Q (the scale is applied once at the end).
-    mm_nn<kTile, NV>(dv, spt, LDP, sdo, LD, rg, cg);
-    mm_nn<kTile, NV>(dk, sdst, LDP, sq, LD, rg, cg);
+    mm_nn_sw<NV>(acc, grp == 0 ? spt : sdst, grp == 0 ? sdo : sq, rg, cg);
   }
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t key = k0 + 4 * rg + i;
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t key = k0 + rg + 8 * i;
     if (key >= p.seq) continue;
     float* row = p.dqkv + (b * p.seq + key) * ld + h * HD;
-    store_row<NV>(row + p.d, dk, i, p.scale, cg);
-    store_row<NV>(row + 2 * p.d, dv, i, 1.f, cg);
+    if (grp == 0)
+      store_row<NV>(row + 2 * p.d, acc, i, 1.f, cg);
+    else
+      store_row<NV>(row + p.d, acc, i, p.scale, cg);
   }
 }
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kernel(
     const BwdParams p) {
-  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, NV = HD / 64;
+  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, NV = HD / 64, S = kStages<HD>;
   auto* sq = reinterpret_cast<float*>(flash_smem);
   float* sdo = sq + kTile * LD;
-  float* sk = sdo + kTile * LD;
-  float* sv = sk + kTile * LD;
-  float* sds = sv + kTile * LD;  // dS [query][key]
-  const int tid = threadIdx.x, rg = tid / 16, cg = tid % 16;
+  float* sk0 = sdo + kTile * LD;     // S buffers of K, then S of V
+  float* sv0 = sk0 + S * kTile * LD;
+  float* sds = sv0 + S * kTile * LD;  // P, then dS [query][key]
+  const int tid = threadIdx.x, grp = tid / kGroup, rg = tid % kGroup / 16, cg = tid % 16;
   const std::int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads, ld = 3 * p.d;
   const int qb = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
   const std::int64_t q0 = std::int64_t(qb) * kTile;
   const float* head = p.qkv + b * p.seq * ld + h * HD;
+  // Group 0: S = Q K^T -> P; group 1: dP = dO V^T -> dS = P (dP - delta).
+  // Then dQ += dS K over all 256 threads (4 rows each).
+  const float* a1 = grp == 0 ? sq : sdo;
+  auto fetch = [&](int n) {  // key chunk n's K and V into buffer n % S
+    const std::int64_t kc = std::int64_t(n) * kTile;
+    load_tile_async<HD, false>(sk0 + (n % S) * kTile * LD, head + kc * ld + p.d, ld, p.seq - kc, tid);
+    load_tile_async<HD, false>(sv0 + (n % S) * kTile * LD, head + kc * ld + 2 * p.d, ld, p.seq - kc,
+                               tid);
+  };
 
   load_tile<HD>(sq, head + q0 * ld, ld, p.seq - q0, tid);
   load_tile<HD>(sdo, p.dout + (b * p.seq + q0) * p.d + h * HD, p.d, p.seq - q0, tid);
-  float lse2[4], dl[4];  // this thread's rows (padding rows: 0)
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t row = q0 + 4 * rg + i;
-    lse2[i] = row < p.seq ? p.lse[bh * p.seq + row] * kLog2e : 0.f;
-    dl[i] = row < p.seq ? p.delta[bh * p.seq + row] : 0.f;
+  if (S == 2) {
+    fetch(0);
+    cp_async_commit();
   }
-  float dq[4][4 * NV];
+  float rowv[8];  // group 0: lse * log2e, group 1: delta of its rows (padding rows: 0)
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t row = q0 + rg + 8 * i;
+    rowv[i] = row >= p.seq ? 0.f
+              : grp == 0   ? p.lse[bh * p.seq + row] * kLog2e
+                           : p.delta[bh * p.seq + row];
+  }
+  // dQ += dS K: at hd 128 group g owns columns 64 g .. 64 g + 63 with 8 rows
+  // per thread (as the groups' other products); at hd 64, 4 rows per thread
+  // over all 256 threads.
+  constexpr int DR = HD == 128 ? 8 : 4;
+  float dq[DR][4];
 #pragma unroll
-    for (int c = 0; c < 4 * NV; ++c) dq[i][c] = 0.f;
+  for (int i = 0; i < DR; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dq[i][c] = 0.f;
 
-  for (std::int64_t kc = 0; kc <= q0; kc += kTile) {
-    __syncthreads();  // the previous chunk's dQ += dS K is done with sk and sds
-    load_tile<HD>(sk, head + kc * ld + p.d, ld, p.seq - kc, tid);
-    load_tile<HD>(sv, head + kc * ld + 2 * p.d, ld, p.seq - kc, tid);
+  for (int n = 0; n <= qb; ++n) {
+    // Everyone is done with chunk n - 1 (its buffers, sds).
     __syncthreads();
+    if (S == 2) {
+      if (n < qb) fetch(n + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      fetch(n);
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const float* sk = sk0 + (n % S) * kTile * LD;
+    const float* sv = sv0 + (n % S) * kTile * LD;
 
-    const bool diagonal = kc == q0;
-    float s[4][4], dp[4][4];
-    mm_nt<HD>(s, sq, LD, sk, LD, rg, cg);  // S: queries 4 rg + i, keys 16 j + cg
+    const bool diagonal = n == qb;
+    float t[8][4];  // S or dP: queries rg + 8 i, keys 16 j + cg
+    mm_nt<HD, 8>(t, a1, LD, grp == 0 ? sk : sv, LD, rg, cg);
+    if (grp == 0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float pv = exp2f(s[i][j] * p.scale_log2 - lse2[i]);
-        s[i][j] = diagonal && 16 * j + cg > 4 * rg + i ? 0.f : pv;
-      }
-    mm_nt<HD>(dp, sdo, LD, sv, LD, rg, cg);  // dP = dO V^T
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        sds[(4 * rg + i) * LDP + 16 * j + cg] = s[i][j] * (dp[i][j] - dl[i]);
+        for (int j = 0; j < 4; ++j) {
+          const int r = rg + 8 * i;
+          const float pv = exp2f(t[i][j] * p.scale_log2 - rowv[i]);
+          sds[r * LDP + 16 * j + cg] = diagonal && 16 * j + cg > r ? 0.f : pv;
+        }
+    }
     __syncthreads();
-    mm_nn<kTile, NV>(dq, sds, LDP, sk, LD, rg, cg);  // dQ += dS K
+    if (grp == 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int idx = (rg + 8 * i) * LDP + 16 * j + cg;
+          sds[idx] = sds[idx] * (t[i][j] - rowv[i]);
+        }
+    }
+    __syncthreads();
+    if constexpr (DR == 8)
+      mm_nn<kTile, 1, 8>(dq, sds, LDP, sk + 64 * grp, LD, rg, cg);
+    else
+      mm_nn<kTile, 1, 4>(dq, sds, LDP, sk, LD, tid / 16, cg);
   }
 
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::int64_t row = q0 + 4 * rg + i;
-    if (row < p.seq) store_row<NV>(p.dqkv + (b * p.seq + row) * ld + h * HD, dq, i, p.scale, cg);
+  for (int i = 0; i < DR; ++i) {
+    const std::int64_t row = q0 + (DR == 8 ? rg + 8 * i : 4 * (tid / 16) + i);
+    if (row < p.seq)
+      store_row<1>(p.dqkv + (b * p.seq + row) * ld + h * HD + (DR == 8 ? 64 * grp : 0), dq, i,
+                   p.scale, cg);
   }
 }
 
@@ -469,13 +703,19 @@ struct Smem {
   static constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p;
   // Forward: Q, K (then P), V tiles.
   static constexpr std::size_t fwd = 3 * kTile * LD * sizeof(float);
-  // dK/dV: K, V, Q, dO tiles + P^T, dS^T + lse, delta of the chunk.
+  // dK/dV: K, V tiles (padded), S Q and S dO buffers (swizzled), P^T, dS^T.
   static constexpr std::size_t dkdv =
-      (4 * kTile * LD + 2 * kTile * LDP + 2 * kTile) * sizeof(float);
-  // dQ: Q, dO, K, V tiles + dS.
-  static constexpr std::size_t dq = (4 * kTile * LD + kTile * LDP) * sizeof(float);
+      (2 * kTile * LD + 2 * kStages<HD> * kTile * HD + 2 * kTile * kTile) * sizeof(float);
+  // dQ: Q, dO tiles, S K and S V buffers, dS (all padded).
+  static constexpr std::size_t dq =
+      (2 * kTile * LD + 2 * kStages<HD> * kTile * LD + kTile * LDP) * sizeof(float);
   static constexpr std::size_t most = fwd > dkdv ? (fwd > dq ? fwd : dq) : (dkdv > dq ? dkdv : dq);
 };
+// What the comments (and the choice of one block per SM at hd 128, two at 64)
+// assume: hd 128 within an H100/H200 block's 227 KiB, hd 64 two blocks to an SM.
+static_assert(Smem<128>::most <= 227 * 1024, "hd 128 exceeds an H100's shared memory per block");
+static_assert(KSHARD_F32_STAGES64 != 1 || 2 * (Smem<64>::most + 1024) <= 228 * 1024,
+              "hd 64 no longer fits two blocks per SM");
 
 template <int HD>
 void forward(const FlashArgs<float>& a, cudaStream_t stream) {
@@ -510,8 +750,9 @@ bool flash_f32_serves(const FlashArgs<float>& a) {
   const std::int64_t hd = a.head_dim();
   if (hd != 64 && hd != 128) return false;
   // The kernels' shared memory must fit the current GPU's per-block opt-in
-  // limit (hd 128's dK/dV kernel takes 167 KiB: an H100/H200 has 227, an
-  // A100 163): else the portable kernel serves, rather than a failed launch.
+  // limit (hd 128's dK/dV kernel takes 226 KiB: an H100/H200 has 227, an
+  // A100 163; hd 64 takes at most 98 KiB): else the portable kernel serves,
+  // rather than a failed launch.
   int device = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
