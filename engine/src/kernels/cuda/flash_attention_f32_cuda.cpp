@@ -456,11 +456,10 @@ constexpr int kGroup = kThreads / 2;
 // Buffers of the streamed operands (dK/dV: Q, dO; dQ: K, V). hd 128 runs one
 // block per SM, so chunk n + 1 is fetched (cp.async) while chunk n is worked
 // on; hd 64 fits two blocks per SM, which cover each other's loads.
-#ifndef KSHARD_F32_STAGES64  // (a tuning knob, not a setting)
-#define KSHARD_F32_STAGES64 1
-#endif
+// (Two buffers at hd 64 were measured slower, 0.59 vs 0.53 ms on an H200:
+// they cost the second block per SM.)
 template <int HD>
-constexpr int kStages = HD == 128 ? 2 : KSHARD_F32_STAGES64;
+constexpr int kStages = HD == 128 ? 2 : 1;
 
 // Blocks per SM the backward kernels' shared memory allows: two with one
 // buffer at hd 64, else one.
@@ -714,7 +713,7 @@ struct Smem {
 // What the comments (and the choice of one block per SM at hd 128, two at 64)
 // assume: hd 128 within an H100/H200 block's 227 KiB, hd 64 two blocks to an SM.
 static_assert(Smem<128>::most <= 227 * 1024, "hd 128 exceeds an H100's shared memory per block");
-static_assert(KSHARD_F32_STAGES64 != 1 || 2 * (Smem<64>::most + 1024) <= 228 * 1024,
+static_assert(2 * (Smem<64>::most + 1024) <= 228 * 1024,
               "hd 64 no longer fits two blocks per SM");
 
 template <int HD>
