@@ -111,6 +111,15 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // --- tiles and products -----------------------------------------------------
 
+/// c + a.x b.x + a.y b.y + a.z b.z + a.w b.w, one FMA after the other in
+/// that order (the fixed order every product keeps, for determinism).
+__device__ __forceinline__ float dot4_acc(float4 a, float4 b, float c) {
+  c = fmaf(a.x, b.x, c);
+  c = fmaf(a.y, b.y, c);
+  c = fmaf(a.z, b.z, c);
+  return fmaf(a.w, b.w, c);
+}
+
 __device__ __forceinline__ float4 ld4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
@@ -177,13 +186,7 @@ __device__ __forceinline__ void mm_nt(float (&acc)[R][4], const float* A, int ld
 #pragma unroll
     for (int i = 0; i < R; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float c = acc[i][j];
-        c = fmaf(a[i].x, b[j].x, c);
-        c = fmaf(a[i].y, b[j].y, c);
-        c = fmaf(a[i].z, b[j].z, c);
-        acc[i][j] = fmaf(a[i].w, b[j].w, c);
-      }
+      for (int j = 0; j < 4; ++j) acc[i][j] = dot4_acc(a[i], b[j], acc[i][j]);
   }
 }
 
@@ -249,13 +252,7 @@ __device__ __forceinline__ void mm_nt_sw(float (&acc)[8][4], const float* A, int
 #pragma unroll
       for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float c = acc[i][j];
-          c = fmaf(a[i].x, b[j].x, c);
-          c = fmaf(a[i].y, b[j].y, c);
-          c = fmaf(a[i].z, b[j].z, c);
-          acc[i][j] = fmaf(a[i].w, b[j].w, c);
-        }
+        for (int j = 0; j < 4; ++j) acc[i][j] = dot4_acc(a[i], b[j], acc[i][j]);
     }
   }
 }
