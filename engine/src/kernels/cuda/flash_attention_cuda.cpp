@@ -39,6 +39,7 @@
 
 #include "kshard/engine/kernels/flash_attention.hpp"
 #include "flash_attention_f32_cuda.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
 #include "launch.hpp"
 #include "kshard/error.hpp"
 #if defined(KSHARD_HAVE_CUDNN)
@@ -695,20 +696,14 @@ CudnnAttentionArgs cudnn_args(const FlashArgs<T>& a) {
   return c;
 }
 
-// The cuDNN workspace: one grow-only Kokkos View labelled as a library
-// workspace (long-lived, not a leak; peak reports add it: memory_tracker.hpp),
-// released with the graphs and the handle in Kokkos::finalize.
-Kokkos::View<char*>& cudnn_workspace() {
-  static Kokkos::View<char*> w;
+// cuDNN's graphs and handle go in Kokkos::finalize, while the CUDA context
+// they belong to still exists. Registered at the first cuDNN run.
+void release_cudnn_at_finalize() {
   static const bool hooked = [] {
-    Kokkos::push_finalize_hook([] {
-      cudnn_workspace() = Kokkos::View<char*>();
-      cudnn_attention_release();
-    });
+    Kokkos::push_finalize_hook([] { cudnn_attention_release(); });
     return true;
   }();
   (void)hooked;
-  return w;
 }
 #endif
 
@@ -725,21 +720,22 @@ bool cudnn_path(const FlashArgs<T>& a, bool backward) {
 }
 
 #if defined(KSHARD_HAVE_CUDNN)
-// Runs cuDNN's graph, first growing the workspace to what it needs (only
-// here, so that asking flash_attention_path allocates nothing).
+// Runs cuDNN's graph with a workspace from the buffer pool for this call only
+// (asking flash_attention_path allocates nothing): live, and counted by the
+// memory tracker, while cuDNN runs, as PyTorch's caching allocator hands its
+// attention workspaces out per call. The large model's deterministic
+// backward wants 128 MiB; kept between calls it would sit under every peak.
 template <class T>
 void run_cudnn(const FlashArgs<T>& a, bool backward) {
+  release_cudnn_at_finalize();
   const CudnnAttentionArgs c = cudnn_args(a);
   std::int64_t bytes = 0;
   cudnn_attention_serves(c, backward, &bytes);
-  Kokkos::View<char*>& w = cudnn_workspace();
-  if (bytes > static_cast<std::int64_t>(w.extent(0))) {
-    w = Kokkos::View<char*>();
-    w = Kokkos::View<char*>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                               std::string("kshard.cache:workspace:cudnn_attention")),
-                            static_cast<std::size_t>(bytes));
-  }
+  const memory::Block w =
+      memory::acquire(static_cast<std::size_t>(bytes), "kshard::cudnn_attention.workspace");
   cudnn_attention_run(c, backward, Kokkos::DefaultExecutionSpace().cuda_stream(), w.data());
+  // The block goes back to the pool with cuDNN's kernels queued: later users
+  // are ordered after them on the one stream (kshard/mesh/buffer_pool.hpp).
 }
 #endif
 

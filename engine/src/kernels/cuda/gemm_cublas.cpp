@@ -13,6 +13,7 @@
 
 #include "kshard/engine/kernels/gemm.hpp"
 #include "kshard/error.hpp"
+#include "cache_config.hpp"
 #include "cublas_workspace.hpp"
 
 namespace kshard::detail {
@@ -53,6 +54,7 @@ cublasHandle_t handle() {
   // handle is destroyed before its workspace is freed.
   void* workspace = cublas_workspace();
   if (g_handle == nullptr) {
+    restore_default_cache_config();
     cublasHandle_t h = nullptr;
     check(cublasCreate(&h), "cublasCreate");
     g_handle = h;

@@ -28,6 +28,7 @@
 #include "../linear_epilogue.hpp"
 #include "kshard/engine/kernels/gemm.hpp"
 #include "kshard/error.hpp"
+#include "cache_config.hpp"
 #include "cublas_workspace.hpp"
 #include "kshard/numeric/compute.hpp"
 
@@ -88,6 +89,7 @@ State& state() {
 // still exists (like the cuBLAS handle of gemm_cublas.cpp).
 void ensure_handle(State& s) {
   if (s.handle) return;
+  restore_default_cache_config();
   check(cublasLtCreate(&s.handle), "cublasLtCreate");
   Kokkos::push_finalize_hook([] {
     State& st = state();
