@@ -40,6 +40,7 @@
 #include "kshard/engine/kernels/flash_attention.hpp"
 #include "flash_attention_f32_cuda.hpp"
 #include "kshard/mesh/buffer_pool.hpp"
+#include "cp_async.hpp"
 #include "launch.hpp"
 #include "kshard/error.hpp"
 #if defined(KSHARD_HAVE_CUDNN)
@@ -55,27 +56,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 extern __shared__ __align__(16) unsigned char flash_smem[];
 
+using namespace ptx;  // cp.async wrappers (cp_async.hpp)
+
 // --- PTX wrappers -----------------------------------------------------------
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (then
-// nothing is read, but the source must still be a mapped address).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

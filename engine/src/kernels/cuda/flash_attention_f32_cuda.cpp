@@ -59,6 +59,7 @@
 
 #include "flash_attention_f32_cuda.hpp"
 #include "kshard/error.hpp"
+#include "cp_async.hpp"
 #include "launch.hpp"
 
 namespace kshard::detail {
@@ -90,24 +91,7 @@ struct BwdParams {
   float scale, scale_log2;
 };
 
-// --- PTX wrappers -----------------------------------------------------------
-// (the host emulation replaces this section by tests/layers/flash_cuda_emulation/prims.inc)
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (then
-// nothing is read, but the source must still be a mapped address).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using namespace ptx;  // cp.async wrappers (cp_async.hpp)
 
 // --- tiles and products -----------------------------------------------------
 
@@ -575,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dkdv_ker
 template <int HD>
 __global__ void __launch_bounds__(kThreads, bwd_blocks<HD>()) flash_f32_dq_kernel(
     const BwdParams p) {
-  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, NV = HD / 64, S = kStages<HD>;
+  constexpr int LD = Ld<HD>::op, LDP = Ld<HD>::p, S = kStages<HD>;
   auto* sq = reinterpret_cast<float*>(flash_smem);
   float* sdo = sq + kTile * LD;
   float* sk0 = sdo + kTile * LD;     // S buffers of K, then S of V
