@@ -1,6 +1,7 @@
 // Trainer::evaluate: the same number at 1, 2 and 4 ranks and on a 2x2 HSDP
-// mesh, equal to an independent reference, and without side effects on
-// training.
+// mesh, with the head's logits in chunks of one row, three rows, all rows
+// (the default) or kept whole, equal to an independent reference, and without
+// side effects on training.
 //
 // Tolerance: 2e-6 relative. Every window's loss is computed from the same f32
 // logits whatever the world size (a row's logits do not depend on the other
@@ -28,10 +29,11 @@ namespace {
 constexpr std::int64_t kBatch = 4, kBatches = 5;  // 20 windows: not a multiple of 4 x 4 = 16
 
 double eval_on(const kshard::Communicator& comm, std::vector<int> shape, const std::string& path,
-               const char* recipe, bool reshard) {
+               const char* recipe, bool reshard, std::size_t loss_chunk_bytes) {
   const kshard::DeviceMesh mesh(comm, shape);
   kshard::FsdpOptions fo;
   fo.reshard_after_forward = reshard;
+  fo.loss_chunk_bytes = loss_chunk_bytes;
   kshard::FsdpModel model(mesh, tiny_lm(), kshard::Recipe::parse(recipe), fo);
   model.init_parameters(21);
   kshard::TrainerOptions o;
@@ -87,13 +89,18 @@ BOOST_AUTO_TEST_CASE(same_loss_for_any_world_size_and_mesh) {
     std::vector<int> shape;
     const char* recipe;
     bool reshard;
+    std::size_t chunk_bytes;  // of the head's output: 1 = one row per chunk, 0 = all kept
   };
-  for (const Run& r : {Run{1, {1}, "fp32", true}, Run{2, {2}, "fp32", true},
-                       Run{4, {4}, "fp32", true}, Run{4, {2, 2}, "fp32", true},
-                       Run{4, {4}, "fp32", false}}) {
+  const std::size_t one_chunk = std::size_t(128) << 20;
+  for (const Run& r :
+       {Run{1, {1}, "fp32", true, one_chunk}, Run{2, {2}, "fp32", true, one_chunk},
+        Run{4, {4}, "fp32", true, one_chunk}, Run{4, {2, 2}, "fp32", true, one_chunk},
+        Run{4, {4}, "fp32", false, one_chunk}, Run{2, {2}, "fp32", true, 1},
+        Run{2, {2}, "fp32", true, 3 * kVocab * sizeof(float)}, Run{1, {1}, "fp32", true, 0}}) {
     const kshard::Communicator comm = first_ranks(world, r.n);
     double loss = 0;
-    if (world.rank() < r.n) loss = eval_on(comm, r.shape, f.path(), r.recipe, r.reshard);
+    if (world.rank() < r.n)
+      loss = eval_on(comm, r.shape, f.path(), r.recipe, r.reshard, r.chunk_bytes);
     // Rank 0's value, seen by every rank.
     std::vector<double> v = {world.rank() == 0 ? loss : 0.0};
     Kokkos::View<double*, Kokkos::HostSpace> buf(v.data(), 1);
@@ -101,11 +108,12 @@ BOOST_AUTO_TEST_CASE(same_loss_for_any_world_size_and_mesh) {
     const double rel = std::fabs(v[0] - ref) / ref;
     KSHARD_CHECK_ALL_MSG(std::isfinite(v[0]) && rel <= 2e-6,
                          r.n << " ranks, mesh " << kshard::DeviceMesh::describe(r.shape)
-                             << ": eval loss " << v[0] << " vs reference " << ref << " (rel "
-                             << rel << ")");
+                             << ", head chunks of " << r.chunk_bytes << " B: eval loss " << v[0]
+                             << " vs reference " << ref << " (rel " << rel << ")");
     if (world.rank() < r.n)
       BOOST_TEST_MESSAGE(r.n << " ranks " << kshard::DeviceMesh::describe(r.shape)
-                             << (r.reshard ? "" : " no-reshard") << ": " << loss << " (ref "
+                             << (r.reshard ? "" : " no-reshard") << ", chunks of "
+                             << r.chunk_bytes << " B: " << loss << " (ref "
                              << ref << ", rel " << std::fabs(loss - ref) / ref << ")");
   }
 }

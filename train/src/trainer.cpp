@@ -5,6 +5,7 @@
 #include <exception>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "agree.hpp"
 #include "cross_entropy_sum.hpp"
@@ -179,9 +180,15 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
     count += double(valid * seq);
     Kokkos::deep_copy(ids_, HostIds(ids_host_.data(), std::size_t(rows)));
     Kokkos::deep_copy(targets_, HostIds(targets_host_.data(), std::size_t(rows)));
-    const Kokkos::View<const float*> logits = model_.forward(ids_, shape);
-    const std::int64_t vocab = std::int64_t(logits.extent(0)) / rows;
-    sum += train_detail::cross_entropy_sum(logits, rows, vocab, targets_);
+    // The head runs in row chunks (FsdpOptions::loss_chunk_bytes): the
+    // evaluation never holds the whole logits either.
+    model_.forward_chunks(ids_, shape,
+                          [&](std::int64_t r0, std::int64_t n, Kokkos::View<const float*> logits) {
+                            const std::int64_t vocab = std::int64_t(logits.extent(0)) / n;
+                            sum += train_detail::cross_entropy_sum(
+                                logits, n, vocab,
+                                Kokkos::subview(targets_, std::make_pair(r0, r0 + n)));
+                          });
   }
   const auto total = reducer_->run({sum, count}, ReduceOp::sum);
   EvalResult e;

@@ -1,5 +1,6 @@
 #include "kshard/engine/fsdp/fsdp_model.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <type_traits>
 
@@ -8,6 +9,7 @@
 #include "kshard/engine/nn/embedding.hpp"
 #include "kshard/engine/nn/loss.hpp"
 #include "kshard/error.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
 
 namespace kshard {
 namespace detail {
@@ -32,13 +34,17 @@ class FsdpCoreBase {
   virtual ~FsdpCoreBase() = default;
   virtual std::size_t size() const = 0;
   virtual const LayerKindInfo& info(std::size_t i) const = 0;
-  // for_ce: the forward of forward_backward_ce, which may leave the head to
-  // the chunked loss (run_forward).
+  // defer_head: the forward of forward_backward_ce / forward_chunks, which
+  // may leave the head to a chunked pass (run_forward).
   virtual void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                                Kokkos::View<const float*> x, ActShape shape, bool for_ce) = 0;
+                                Kokkos::View<const float*> x, ActShape shape,
+                                bool defer_head) = 0;
   virtual void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                            Kokkos::View<const std::int32_t*> ids, ActShape shape,
-                           bool for_ce) = 0;
+                           bool defer_head) = 0;
+  virtual void forward_chunks(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                              Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                              const FsdpModel::ChunkVisitor& visit) = 0;
   virtual Kokkos::View<const float*> output_f32() = 0;
   virtual void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                             Kokkos::View<const float*> dy, bool sync) = 0;
@@ -65,34 +71,75 @@ class FsdpCore final : public FsdpCoreBase {
   const LayerKindInfo& info(std::size_t i) const override { return info_.at(i); }
 
   void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                        Kokkos::View<const float*> x, ActShape shape, bool for_ce) override {
+                        Kokkos::View<const float*> x, ActShape shape, bool defer_head) override {
     check_input(shape);
     if (layers_[0]->takes_token_ids()) {
       // Token ids stored as floats: validated and converted once here.
       auto ids = window(ids_buf_, shape.rows(), "kshard.fsdp.ids");
       token_ids_from<float>(x, std::int64_t(1) << 31, ids);  // range: Embedding checks
-      run_forward(g, o, {}, ids, shape, for_ce);
+      run_forward(g, o, {}, ids, shape, defer_head);
     } else if constexpr (std::is_same_v<T, float>) {
-      run_forward(g, o, x, {}, shape, for_ce);
+      run_forward(g, o, x, {}, shape, defer_head);
     } else {
       auto xt = window(input_buf_, std::int64_t(x.extent(0)), "kshard.fsdp.input");
       cast_from_f32<T>(x, xt);
-      run_forward(g, o, xt, {}, shape, for_ce);
+      run_forward(g, o, xt, {}, shape, defer_head);
     }
   }
 
   void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                   Kokkos::View<const std::int32_t*> ids, ActShape shape, bool for_ce) override {
+                   Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                   bool defer_head) override {
     check_input(shape);
     if (!layers_[0]->takes_token_ids())
       throw Error("FsdpModel::forward with token ids, but layer 0 is a " + layers_[0]->kind(),
                   "a first layer that takes token ids (Embedding)");
-    run_forward(g, o, {}, ids, shape, for_ce);
+    run_forward(g, o, {}, ids, shape, defer_head);
+  }
+
+  void forward_chunks(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                      Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                      const FsdpModel::ChunkVisitor& visit) override {
+    forward_ids(g, o, ids, shape, true);
+    const ActShape& os = shapes_.back();
+    if (!head_deferred_) {
+      visit(0, os.rows(), output_f32());
+      return;
+    }
+    // The head's forward chunk by chunk into pooled buffers (f32 copies for
+    // 16-bit compute), each visited before the next overwrites it.
+    head_deferred_ = false;
+    const std::size_t k = layers_.size() - 1;
+    ensure_unsharded(g[k]);
+    const auto params = g[k].params<T>();
+    const Kokkos::View<const T*> hx = head_input_;
+    head_input_ = {};
+    const std::int64_t in = shapes_[k].features, chunk =
+        loss_chunk_rows(o.loss_chunk_bytes, os.rows(), os.features, sizeof(T));
+    const memory::Block out_block =
+        memory::acquire(std::size_t(chunk * os.features) * sizeof(T), "kshard.fsdp.out_chunk");
+    const memory::Block f32_block = memory::acquire(
+        std::is_same_v<T, float> ? 0 : std::size_t(chunk * os.features) * sizeof(float),
+        "kshard.fsdp.out_chunk_f32");
+    for (std::int64_t r0 = 0; r0 < os.rows(); r0 += chunk) {
+      const std::int64_t rc = std::min(chunk, os.rows() - r0);
+      const Kokkos::View<T*> out = out_block.view<T>(std::size_t(rc * os.features));
+      layers_[k]->forward(Kokkos::subview(hx, std::make_pair(r0 * in, (r0 + rc) * in)),
+                          ActShape{1, rc, in}, params, out);
+      if constexpr (std::is_same_v<T, float>) {
+        visit(r0, rc, out);
+      } else {
+        const Kokkos::View<float*> out32 = f32_block.view<float>(std::size_t(rc * os.features));
+        cast_to_f32<T>(out, out32);
+        visit(r0, rc, out32);
+      }
+    }
+    layers_[k]->release();
   }
 
   Kokkos::View<const float*> output_f32() override {
-    if (head_deferred_)  // forward_backward_ce's chunked head keeps no logits
-      throw Error("FsdpModel output after forward_backward_ce", "forward() first");
+    if (head_deferred_)  // defensive: the chunked passes clear it before returning
+      throw Error("FsdpModel output of a forward whose head ran in chunks", "forward() first");
     if constexpr (std::is_same_v<T, float>) {
       return acts_.back();
     } else {
@@ -179,13 +226,14 @@ class FsdpCore final : public FsdpCoreBase {
     if (!g.is_unsharded()) g.finish_unshard();
   }
 
-  // for_ce with a head whose rows are independent (and loss_chunk_bytes > 0):
-  // the last unit's forward is left to ce_backward's chunked loss, and its
-  // output buffer (the logits) is not allocated, or is given back.
+  // defer_head with a head whose rows are independent (and loss_chunk_bytes
+  // > 0): the last unit's forward is left to a chunked pass (ce_backward's
+  // loss, forward_chunks), and its output buffer (the logits) is not
+  // allocated, or is given back.
   void run_forward(std::vector<ShardedGroup>& g, const FsdpOptions& o, Kokkos::View<const T*> x,
-                   Kokkos::View<const std::int32_t*> ids, ActShape shape, bool for_ce) {
+                   Kokkos::View<const std::int32_t*> ids, ActShape shape, bool defer_head) {
     const std::size_t n = layers_.size();
-    head_deferred_ = for_ce && o.loss_chunk_bytes > 0 && layers_.back()->rows_independent() &&
+    head_deferred_ = defer_head && o.loss_chunk_bytes > 0 && layers_.back()->rows_independent() &&
                      !(n == 1 && ids.data() != nullptr);
     const std::size_t run = head_deferred_ ? n - 1 : n;
     shapes_.assign(n + 1, shape);
@@ -330,6 +378,11 @@ Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const std::int32_t*> 
                                               ActShape shape) {
   core_->forward_ids(groups_, options_, ids, shape, false);
   return core_->output_f32();
+}
+
+void FsdpModel::forward_chunks(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                               const ChunkVisitor& visit) {
+  core_->forward_chunks(groups_, options_, ids, shape, visit);
 }
 
 void FsdpModel::backward(Kokkos::View<const float*> dy, bool sync) {

@@ -33,6 +33,7 @@
 // So after the first step nothing is allocated.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,17 @@ class FsdpModel {
   Kokkos::View<const float*> forward(Kokkos::View<const float*> x, ActShape shape);
   /// The same on int32 token ids (a first layer that takes_token_ids()).
   Kokkos::View<const float*> forward(Kokkos::View<const std::int32_t*> ids, ActShape shape);
+  /// Receives one chunk of forward_chunks' output: rows [first_row, first_row
+  /// + rows) of it, [rows, out_features] f32, valid during the call.
+  using ChunkVisitor =
+      std::function<void(std::int64_t first_row, std::int64_t rows, Kokkos::View<const float*>)>;
+  /// forward(ids) for evaluation, without keeping the whole output: a last
+  /// layer with independent rows (the LM head) runs in row chunks of at most
+  /// FsdpOptions::loss_chunk_bytes of output, each handed to `visit` (as f32)
+  /// before the next is computed; any other last layer, or loss_chunk_bytes =
+  /// 0: one call with the whole output. Units stay unsharded as after forward().
+  void forward_chunks(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                      const ChunkVisitor& visit);
   /// Backward from dL/d(output) of the last forward (rounded to the compute dtype).
   void backward(Kokkos::View<const float*> dy, bool sync = true);
 
