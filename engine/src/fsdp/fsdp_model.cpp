@@ -108,14 +108,11 @@ class FsdpCore final : public FsdpCoreBase {
     }
     // The head's forward chunk by chunk into pooled buffers (f32 copies for
     // 16-bit compute), each visited before the next overwrites it.
-    head_deferred_ = false;
-    const std::size_t k = layers_.size() - 1;
+    const DeferredHead h = take_deferred_head(o);
+    const std::size_t k = h.unit;
     ensure_unsharded(g[k]);
     const auto params = g[k].params<T>();
-    const Kokkos::View<const T*> hx = head_input_;
-    head_input_ = {};
-    const std::int64_t in = shapes_[k].features, chunk =
-        loss_chunk_rows(o.loss_chunk_bytes, os.rows(), os.features, sizeof(T));
+    const std::int64_t in = shapes_[k].features, chunk = h.chunk_rows;
     const memory::Block out_block =
         memory::acquire(std::size_t(chunk * os.features) * sizeof(T), "kshard.fsdp.out_chunk");
     const memory::Block f32_block = memory::acquire(
@@ -124,7 +121,7 @@ class FsdpCore final : public FsdpCoreBase {
     for (std::int64_t r0 = 0; r0 < os.rows(); r0 += chunk) {
       const std::int64_t rc = std::min(chunk, os.rows() - r0);
       const Kokkos::View<T*> out = out_block.view<T>(std::size_t(rc * os.features));
-      layers_[k]->forward(Kokkos::subview(hx, std::make_pair(r0 * in, (r0 + rc) * in)),
+      layers_[k]->forward(Kokkos::subview(h.input, std::make_pair(r0 * in, (r0 + rc) * in)),
                           ActShape{1, rc, in}, params, out);
       if constexpr (std::is_same_v<T, float>) {
         visit(r0, rc, out);
@@ -138,8 +135,6 @@ class FsdpCore final : public FsdpCoreBase {
   }
 
   Kokkos::View<const float*> output_f32() override {
-    if (head_deferred_)  // defensive: the chunked passes clear it before returning
-      throw Error("FsdpModel output of a forward whose head ran in chunks", "forward() first");
     if constexpr (std::is_same_v<T, float>) {
       return acts_.back();
     } else {
@@ -151,8 +146,6 @@ class FsdpCore final : public FsdpCoreBase {
 
   void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                     Kokkos::View<const float*> dy, bool sync) override {
-    if (head_deferred_)
-      throw Error("FsdpModel::backward after forward_backward_ce", "forward() first");
     check_backward(dy.extent(0));
     if constexpr (std::is_same_v<T, float>) {
       run_backward(g, o, dy, sync);
@@ -165,8 +158,6 @@ class FsdpCore final : public FsdpCoreBase {
 
   double mse_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                       Kokkos::View<const float*> target, double scale, bool sync) override {
-    if (head_deferred_)
-      throw Error("FsdpModel::forward_backward_mse after a chunked forward", "forward() first");
     auto out = acts_.back();
     auto d = window(dloss_, std::int64_t(out.extent(0)), "kshard.fsdp.dloss");
     const double loss = mse_loss<T, float>(out, target, d, scale);
@@ -185,17 +176,12 @@ class FsdpCore final : public FsdpCoreBase {
     if (head_deferred_) {
       // The head's forward, the loss and the head's backward in row chunks
       // (run_forward left the head out): its logits are never kept.
-      head_deferred_ = false;
-      const std::size_t k = layers_.size() - 1;
-      const std::int64_t chunk = loss_chunk_rows(o.loss_chunk_bytes, os.rows(), os.features,
-                                                 sizeof(T));
-      const Kokkos::View<const T*> hx = head_input_;
-      head_input_ = {};
+      const DeferredHead h = take_deferred_head(o);
       run_backward(g, o, {}, sync,
                    [&](const ConstViews& p, const GradViews& gr, Kokkos::View<T*> dx) {
                      chunked_cross_entropy_async<T, std::int32_t>(
-                         *layers_[k], hx, shapes_[k], p, gr, targets, scale, dx, chunk,
-                         ce_result_);
+                         *layers_[h.unit], h.input, shapes_[h.unit], p, gr, targets, scale, dx,
+                         h.chunk_rows, ce_result_);
                    });
     } else {
       // The gradient overwrites the logits: no second logits-sized buffer (the
@@ -209,6 +195,22 @@ class FsdpCore final : public FsdpCoreBase {
   }
 
  private:
+  // The head run_forward left out (head_deferred_), taken by the one chunked
+  // pass that runs it: its unit, its input and the rows per chunk of output.
+  struct DeferredHead {
+    std::size_t unit;
+    Kokkos::View<const T*> input;
+    std::int64_t chunk_rows;
+  };
+  DeferredHead take_deferred_head(const FsdpOptions& o) {
+    const ActShape& os = shapes_.back();
+    DeferredHead h{layers_.size() - 1, head_input_,
+                   loss_chunk_rows(o.loss_chunk_bytes, os.rows(), os.features, sizeof(T))};
+    head_deferred_ = false;
+    head_input_ = {};
+    return h;
+  }
+
   void check_input(const ActShape& shape) const {
     if (shape.features != layers_[0]->in_features())
       throw Error("model input has " + std::to_string(shape.features) + " features",

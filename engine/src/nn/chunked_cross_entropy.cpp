@@ -41,15 +41,10 @@ void chunked_cross_entropy_async(Layer<T>& head, Kokkos::View<const T*> x, ActSh
   if (shape.features != in)
     throw Error(who + ": input of " + std::to_string(shape.features) + " features",
                 std::to_string(in) + " (the head's in_features)");
-  auto size = [&](const char* what, std::size_t have, std::int64_t want) {
-    if (std::int64_t(have) != want)
-      throw Error(who + ": " + what + " has " + std::to_string(have) + " elements",
-                  std::to_string(want) + " elements");
-  };
-  size("x", x.extent(0), rows * in);
-  size("dx", dx.extent(0), rows * in);
-  size("targets", targets.extent(0), rows);
-  if (result.extent(0) < 3) size("result", result.extent(0), 3);
+  detail::check_size(who, "x", x.extent(0), rows * in);
+  detail::check_size(who, "dx", dx.extent(0), rows * in);
+  detail::check_size(who, "targets", targets.extent(0), rows);
+  if (result.extent(0) < 3) detail::check_size(who, "result", result.extent(0), 3);
 
   const std::int64_t chunk = std::min(chunk_rows, rows);
   detail::loss::count_targets<T, Target>(targets, vocab, result);

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kshard/engine/nn/layer.hpp"
 #include "kshard/error.hpp"
 #include "kshard/mesh/buffer_pool.hpp"
 #include "../kernels/cross_entropy_rows.hpp"
@@ -181,15 +182,10 @@ std::string check_ce_args(Kokkos::View<const T*> logits, std::int64_t rows, std:
   const std::string who = "cross_entropy_loss(rows=" + std::to_string(rows) +
                           ", vocab=" + std::to_string(vocab) + ")";
   if (rows <= 0 || vocab <= 0) throw Error(who, "rows > 0 and vocab > 0");
-  auto size = [&](const char* what, std::size_t have, std::int64_t want) {
-    if (static_cast<std::int64_t>(have) != want)
-      throw Error(who + ": " + what + " has " + std::to_string(have) + " elements",
-                  std::to_string(want) + " elements");
-  };
-  size("logits", logits.extent(0), rows * vocab);
-  size("dlogits", dlogits.extent(0), rows * vocab);
-  size("targets", targets.extent(0), rows);
-  if (result_size < 3) size("result", result_size, 3);
+  detail::check_size(who, "logits", logits.extent(0), rows * vocab);
+  detail::check_size(who, "dlogits", dlogits.extent(0), rows * vocab);
+  detail::check_size(who, "targets", targets.extent(0), rows);
+  if (result_size < 3) detail::check_size(who, "result", result_size, 3);
   return who;
 }
 }  // namespace
