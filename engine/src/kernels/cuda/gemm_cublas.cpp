@@ -46,19 +46,20 @@ void check(cublasStatus_t s, const char* call) {
 // context it belongs to still exists; a later Kokkos::initialize starts over.
 std::mutex g_handle_mutex;
 cublasHandle_t g_handle = nullptr;
+bool g_stream_set = false;  // g_stream (which may be the null stream) set on g_handle
 cudaStream_t g_stream = nullptr;
 
 cublasHandle_t handle() {
   std::lock_guard<std::mutex> lock(g_handle_mutex);
-  // The shared workspace first: finalize hooks run last-in first-out, so the
-  // handle is destroyed before its workspace is freed.
-  void* workspace = cublas_workspace();
   if (g_handle == nullptr) {
     restore_default_cache_config();
+    // The shared workspace before the handle: finalize hooks run last-in
+    // first-out, so the handle is destroyed before its workspace is freed.
+    (void)cublas_workspace();
     cublasHandle_t h = nullptr;
     check(cublasCreate(&h), "cublasCreate");
     g_handle = h;
-    g_stream = nullptr;
+    g_stream_set = false;
     Kokkos::push_finalize_hook([] {
       std::lock_guard<std::mutex> l(g_handle_mutex);
       if (g_handle != nullptr) cublasDestroy(g_handle);
@@ -69,10 +70,12 @@ cublasHandle_t handle() {
   // since the handle was made. cublasSetStream resets the workspace to
   // cuBLAS' own pool, so ours is set again after it.
   const cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
-  if (stream != g_stream || g_stream == nullptr) {
+  if (!g_stream_set || stream != g_stream) {
     check(cublasSetStream(g_handle, stream), "cublasSetStream");
-    check(cublasSetWorkspace(g_handle, workspace, kCublasWorkspaceBytes), "cublasSetWorkspace");
+    check(cublasSetWorkspace(g_handle, cublas_workspace(), kCublasWorkspaceBytes),
+          "cublasSetWorkspace");
     g_stream = stream;
+    g_stream_set = true;
   }
   return g_handle;
 }

@@ -65,6 +65,7 @@ using Key = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, int, std::
 struct State {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;  // cublas_workspace(), shared with gemm_cublas.cpp
   std::map<Key, Plan> plans;
 
   void release() {
@@ -77,6 +78,7 @@ struct State {
     plans.clear();
     if (handle) cublasLtDestroy(handle);
     handle = nullptr;
+    workspace = nullptr;
   }
 };
 
@@ -90,6 +92,7 @@ State& state() {
 void ensure_handle(State& s) {
   if (s.handle) return;
   restore_default_cache_config();
+  s.workspace = cublas_workspace();
   check(cublasLtCreate(&s.handle), "cublasLtCreate");
   Kokkos::push_finalize_hook([] {
     State& st = state();
@@ -211,7 +214,7 @@ bool linear_epilogue_backend(std::int64_t rows, std::int64_t in, std::int64_t ou
             "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
     const float alpha = 1.f, beta = 0.f;
     check(cublasLtMatmul(s.handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
-                         cublas_workspace(), kCublasWorkspaceBytes,
+                         s.workspace, kCublasWorkspaceBytes,
                          Kokkos::DefaultExecutionSpace().cuda_stream()),
           "cublasLtMatmul");
     return true;
