@@ -407,7 +407,7 @@ int run(kshard::Session& session, int argc, char** argv) {
     }
     Kokkos::fence();
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    // Library workspaces (cuBLAS, cuDNN) are kept outside peak_bytes; a step
+    // Library workspaces (cuBLAS / cuBLASLt) are kept outside peak_bytes; a step
     // needs them, so they count (as in torch.cuda.max_memory_allocated).
     const auto mem_now = kshard::memory::stats();
     const double peak = double(mem_now.peak_bytes + mem_now.workspace_bytes);

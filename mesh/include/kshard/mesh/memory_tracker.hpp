@@ -12,7 +12,7 @@
 // Allocations whose label starts with "kshard.cache:" (communicator staging
 // buffers, the buffer pool's blocks) or "Kokkos::" (Kokkos' internal scratch)
 // are long-lived caches and are counted separately. Among them,
-// "kshard.cache:workspace:" marks a library workspace (cuBLAS, cuDNN): made
+// "kshard.cache:workspace:" marks a library workspace (cuBLAS / cuBLASLt): made
 // once and kept, so not a leak, but memory a training step needs; reports of
 // a step's peak add workspace_bytes (as PyTorch's max_memory_allocated
 // includes its cuBLAS workspace). A pool block handed out
