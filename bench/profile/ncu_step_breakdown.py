@@ -34,10 +34,11 @@ CATEGORIES = [
     ("LayerNorm", r"layer_norm|LayerNorm|ln_forward|ln_backward"),
     ("GELU", r"gelu|Gelu"),
     ("bias add", r"add_row_vector"),
-    ("residual add", r"detail::add<|kshard::detail::add"),
+    ("residual add", r"detail::add<|kshard::detail::add|AddOp"),
     ("embedding", r"embedding|Embedding"),
-    ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad"),
-    ("casts", r"cast|convert|dequant|quant|FromF32|ToF32"),
+    ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad|stats_kernel|stats_total"),
+    ("bias / LayerNorm gradient column sums", r"column_partial|column_total"),
+    ("casts", r"cast|convert|dequant|quant|FromF32|ToF32|CastOp"),
     ("fills", r"fill|ViewFill|zero"),
 ]
 

@@ -63,7 +63,7 @@ struct TrainOptions {
   std::uint64_t seed = 1234;
   bool reshard_after_forward = true;
   /// MiB of logits per chunk of the LM head + loss (FsdpOptions::loss_chunk_bytes; 0: keep all)
-  int loss_chunk_mib = 128;
+  int loss_chunk_mib = 256;
   bool bench = false;  ///< also print one machine-readable "BENCH {json}" line
 };
 

@@ -133,6 +133,9 @@ BOOST_AUTO_TEST_CASE(rows_per_chunk_from_bytes) {
   // in two chunks, f32 in four.
   BOOST_TEST(loss_chunk_rows(std::size_t(128) << 20, 4096, 32000, 2) == 2048);
   BOOST_TEST(loss_chunk_rows(std::size_t(128) << 20, 4096, 32000, 4) == 1024);
+  // FsdpOptions' default, 256 MiB: bf16 in one chunk, f32 in two.
+  BOOST_TEST(loss_chunk_rows(std::size_t(256) << 20, 4096, 32000, 2) == 4096);
+  BOOST_TEST(loss_chunk_rows(std::size_t(256) << 20, 4096, 32000, 4) == 2048);
 }
 
 BOOST_AUTO_TEST_CASE(chunked_cross_entropy_rejects_bad_arguments) {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "kshard/error.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
 #include "kshard/numeric/convert.hpp"
+#include "elementwise_stream.hpp"
 
 namespace kshard {
 namespace {
@@ -90,6 +90,7 @@ using Policy = Kokkos::RangePolicy<Kokkos::DefaultExecutionSpace, std::size_t>;
 template <class T>
 void cast_from_f32(Kokkos::View<const float*> src, Kokkos::View<T*> dst) {
   check_same(src.extent(0), dst.extent(0), "cast_from_f32");
+  if (detail::cast_from_f32_stream<T>(src.data(), dst.data(), std::int64_t(src.extent(0)))) return;
   compat::for_each_index("kshard::cast_from_f32", std::int64_t(src.extent(0)),
                          FromF32<T>{src, dst});
 }
@@ -113,64 +114,11 @@ void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
     fill<double>(stats, 0.0);
     return;
   }
-#if defined(KOKKOS_ENABLE_CUDA)
-  // Kokkos 3.4 runs a range reduction on a small grid (measured on the H200:
-  // 880 us for 50M elements, 0.7 TB/s): instead each 256-thread team
-  // accumulates a chunk with per-thread partial sums and writes one slot pair,
-  // and a small reduction adds the slots.
-  using Member = Kokkos::TeamPolicy<>::member_type;
-  constexpr int kT = compat::kTeamThreads;
-  // 32 elements per thread (not for_each's 8): 4x fewer slots, and the
-  // one-team total below, which took 59 us over the 24,589 slots of a 50M
-  // element shard (ncu, H200), reads 4x less.
-  constexpr std::int64_t per_team = std::int64_t(kT) * 32;
-  const std::int64_t n = std::int64_t(dst.extent(0));
-  const std::int64_t league = (n + per_team - 1) / per_team;
-  memory::Block block = memory::acquire(std::size_t(2 * league) * sizeof(double),
-                                        "kshard::accumulate_with_stats");
-  auto slots = block.view<double>(std::size_t(2 * league));
-  Kokkos::parallel_for(
-      "kshard::accumulate_with_stats", Kokkos::TeamPolicy<>(int(league), kT),
-      KOKKOS_LAMBDA(const Member& t) {
-        const std::int64_t base = std::int64_t(t.league_rank()) * per_team;
-        const std::int64_t end = base + per_team < n ? base + per_team : n;
-        double sq = 0, bad = 0;
-        for (std::int64_t i = base + t.team_rank(); i < end; i += kT) {
-          const float v = grad_write_value(mode, dst, src, i);
-          if (mode != GradWrite::none) dst(i) = v;
-          if (v - v == 0.0f)  // finite: inf - inf and NaN - NaN are NaN
-            sq += double(v) * double(v);
-          else
-            bad += 1.0;
-        }
-        double tsq = 0, tbad = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(t, kT), [&](int, double& a) { a += sq; }, tsq);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(t, kT), [&](int, double& a) { a += bad; }, tbad);
-        Kokkos::single(Kokkos::PerTeam(t), [&]() {
-          slots(2 * t.league_rank()) = tsq;
-          slots(2 * t.league_rank() + 1) = tbad;
-        });
-      });
-  // One team adds the slots into `stats`: the totals stay on the device, so
-  // the reduction pipeline never waits for the host.
-  Kokkos::parallel_for(
-      "kshard::accumulate_with_stats_total", Kokkos::TeamPolicy<>(1, kT),
-      KOKKOS_LAMBDA(const Member& t) {
-        double a = 0, b = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(t, league),
-            [&](std::int64_t i, double& x) { x += slots(2 * i); }, a);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(t, league),
-            [&](std::int64_t i, double& x) { x += slots(2 * i + 1); }, b);
-        Kokkos::single(Kokkos::PerTeam(t), [&]() {
-          stats(0) = a;
-          stats(1) = b;
-        });
-      });
-#else
+  // The backend's kernel keeps the totals on the device, so the reduction
+  // pipeline never waits for the host (elementwise_stream.hpp).
+  if (detail::accumulate_with_stats_stream<T>(src.data(), dst.data(), stats.data(),
+                                              std::int64_t(dst.extent(0)), mode))
+    return;
   // Host backends run the reduction synchronously anyway.
   double out[2] = {0.0, 0.0};
   Kokkos::parallel_reduce("kshard::accumulate_with_stats", Policy(0, dst.extent(0)),
@@ -179,7 +127,6 @@ void accumulate_with_stats(Kokkos::View<const T*> src, Kokkos::View<float*> dst,
   h(0) = out[0];
   h(1) = out[1];
   Kokkos::deep_copy(stats, h);
-#endif
 }
 
 void scale_in_place(Kokkos::View<float*> v, float s) {

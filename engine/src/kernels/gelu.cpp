@@ -1,6 +1,7 @@
 #include "kshard/engine/kernels/gelu.hpp"
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
+#include "elementwise_stream.hpp"
 
 namespace kshard {
 
@@ -10,6 +11,7 @@ namespace detail {
 template <class T>
 void gelu_forward(Kokkos::View<const T*> x, Kokkos::View<T*> y) {
   using A = accum_t<T>;
+  if (gelu_forward_stream<T>(x.data(), y.data(), std::int64_t(y.extent(0)))) return;
   compat::for_each_index(
       "kshard::gelu_forward", static_cast<std::int64_t>(y.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
@@ -23,6 +25,7 @@ void gelu_forward(Kokkos::View<const T*> x, Kokkos::View<T*> y) {
 template <class T>
 void gelu_backward(Kokkos::View<const T*> x, Kokkos::View<const T*> dy, Kokkos::View<T*> dx) {
   using A = accum_t<T>;
+  if (gelu_backward_stream<T>(x.data(), dy.data(), dx.data(), std::int64_t(dx.extent(0)))) return;
   compat::for_each_index(
       "kshard::gelu_backward", static_cast<std::int64_t>(dx.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
