@@ -37,7 +37,6 @@ CATEGORIES = [
     ("residual add", r"detail::add<|kshard::detail::add|AddOp"),
     ("embedding", r"embedding|Embedding"),
     ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad|stats_kernel|stats_total"),
-    ("bias / LayerNorm gradient column sums", r"column_partial|column_total"),
     ("casts", r"cast|convert|dequant|quant|FromF32|ToF32|CastOp"),
     ("fills", r"fill|ViewFill|zero"),
 ]

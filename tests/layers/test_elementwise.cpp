@@ -1,7 +1,8 @@
 // The flat element-wise passes (cast_from_f32, GELU forward / backward, the
 // residual add, accumulate_with_stats) and the column sums of the bias
-// gradients against host loops computing the same formula element by element. On CUDA these run the backend's vectorized
-// kernels (kernels/elementwise_stream.hpp, kernels/column_sums.hpp), so the sizes cover whole 8-element
+// gradients (accumulate_column_sums) against host loops computing the same
+// formula element by element. On CUDA these run the backend's vectorized
+// kernels (kernels/elementwise_stream.hpp), so the sizes cover whole 8-element
 // chunks, a partial last chunk, more than one statistics block, and views
 // starting 1 or 3 elements into an allocation (not 16-byte aligned: the
 // scalar path). On the host they run the portable kernels.
@@ -182,9 +183,7 @@ void check_storage_type() {
 }
 
 // accumulate_column_sums (bias and LayerNorm gradients): db += column sums of
-// dy, against a double-precision sum on the host. Widths that are and are not
-// a multiple of 8 (the CUDA kernel's vectors; others take the GEMV path),
-// fewer rows than one slice and many slices.
+// dy (a GEMV against ones), against a double-precision sum on the host.
 template <class T>
 void check_column_sums() {
   using A = accum_t<T>;

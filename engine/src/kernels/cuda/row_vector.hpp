@@ -1,6 +1,6 @@
 #pragma once
 // What the engine's CUDA kernels over rows and flat arrays (layer_norm_rows,
-// cross_entropy_rows, elementwise_stream, column_sums) share: 16-byte vectors
+// cross_entropy_rows, elementwise_stream) share: 16-byte vectors
 // of a storage type and their alignment test (the launch check is
 // launch.hpp's). Private to the engine's CUDA backend.
 #include <cuda_runtime.h>

@@ -192,9 +192,8 @@ void append_prefixed(std::vector<ParamSpec>& out, const std::string& prefix,
 template <class T>
 void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t rows,
                     std::int64_t cols);
-/// db[c] += sum_r dy[r, c] (U = T or accum_t<T>), accumulated in
-/// accum_t<U>: the backend's column-sum kernel where it has one (CUDA), else a
-/// GEMM with a ones vector (kept in `ones`) straight into db.
+/// db[c] += sum_r dy[r, c] (U = T or accum_t<T>), as a GEMM with a ones
+/// vector (kept in `ones`) accumulating in f32 straight into db.
 template <class U>
 void accumulate_column_sums(Kokkos::View<const U*> dy, std::int64_t rows, std::int64_t cols,
                             Kokkos::View<accum_t<U>*> db, Kokkos::View<U*>& ones);
