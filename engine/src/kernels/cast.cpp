@@ -7,6 +7,7 @@
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "elementwise_stream.hpp"
+#include "pointwise.hpp"
 
 namespace kshard {
 namespace {
@@ -63,11 +64,7 @@ struct AccumulateStats {
   KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, value_type acc) const {
     const float v = grad_write_value(mode, d, s, i);
     if (mode != GradWrite::none) d(i) = v;
-    if (v - v == 0.0f) {  // finite: inf - inf and NaN - NaN are NaN
-      acc[0] += double(v) * double(v);
-    } else {
-      acc[1] += 1.0;
-    }
+    detail::pointwise::tally(v, acc[0], acc[1]);
   }
   KOKKOS_INLINE_FUNCTION void init(value_type acc) const { acc[0] = acc[1] = 0.0; }
   KOKKOS_INLINE_FUNCTION void join(KSHARD_JOIN_VOLATILE value_type dst,

@@ -2,6 +2,7 @@
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 #include "elementwise_stream.hpp"
+#include "pointwise.hpp"
 
 namespace kshard {
 
@@ -14,12 +15,7 @@ void gelu_forward(Kokkos::View<const T*> x, Kokkos::View<T*> y) {
   if (gelu_forward_stream<T>(x.data(), y.data(), std::int64_t(y.extent(0)))) return;
   compat::for_each_index(
       "kshard::gelu_forward", static_cast<std::int64_t>(y.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i) {
-        const A c = A(0.7978845608028654);  // sqrt(2 / pi)
-        const A v = to_accum(x(i));
-        const A t = compat::tanh(c * (v + A(0.044715) * v * v * v));
-        y(i) = from_accum<T>(A(0.5) * v * (A(1) + t));
-      });
+      KOKKOS_LAMBDA(std::int64_t i) { y(i) = from_accum<T>(pointwise::gelu<A>(to_accum(x(i)))); });
 }
 
 template <class T>
@@ -29,13 +25,7 @@ void gelu_backward(Kokkos::View<const T*> x, Kokkos::View<const T*> dy, Kokkos::
   compat::for_each_index(
       "kshard::gelu_backward", static_cast<std::int64_t>(dx.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i) {
-        const A c = A(0.7978845608028654);
-        const A v = to_accum(x(i));
-        const A t = compat::tanh(c * (v + A(0.044715) * v * v * v));
-        // d/dv [0.5 v (1 + t)] = 0.5 (1 + t) + 0.5 v (1 - t^2) c (1 + 3 * 0.044715 v^2)
-        const A g = A(0.5) * (A(1) + t) +
-                    A(0.5) * v * (A(1) - t * t) * c * (A(1) + A(3 * 0.044715) * v * v);
-        dx(i) = from_accum<T>(to_accum(dy(i)) * g);
+        dx(i) = from_accum<T>(to_accum(dy(i)) * pointwise::gelu_slope<A>(to_accum(x(i))));
       });
 }
 

@@ -16,14 +16,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include <Kokkos_Core.hpp>
 
 #include "../elementwise_stream.hpp"
-#include "kshard/compat/kokkos.hpp"
 #include "kshard/mesh/buffer_pool.hpp"
 #include "kshard/numeric/compute.hpp"
+#include "../pointwise.hpp"
 #include "launch.hpp"
 #include "row_vector.hpp"
 
@@ -67,20 +66,6 @@ struct CastOp {
   __device__ void one(std::int64_t i) const { dst[i] = from_float<T>(src[i]); }
 };
 
-// The tanh approximation of gelu.cpp, term for term.
-template <class A>
-__device__ __forceinline__ A gelu_value(A v) {
-  const A c = A(0.7978845608028654);  // sqrt(2 / pi)
-  const A t = compat::tanh(c * (v + A(0.044715) * v * v * v));
-  return A(0.5) * v * (A(1) + t);
-}
-template <class A>
-__device__ __forceinline__ A gelu_slope(A v) {
-  const A c = A(0.7978845608028654);
-  const A t = compat::tanh(c * (v + A(0.044715) * v * v * v));
-  return A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * c * (A(1) + A(3 * 0.044715) * v * v);
-}
-
 template <class T>
 struct GeluForwardOp {
   const T* x;
@@ -89,10 +74,10 @@ struct GeluForwardOp {
     const Vec<T> a = load8(x + e);
     Vec<T> o;
 #pragma unroll
-    for (int k = 0; k < kV; ++k) o.v[k] = from_accum<T>(gelu_value(to_accum(a.v[k])));
+    for (int k = 0; k < kV; ++k) o.v[k] = from_accum<T>(pointwise::gelu(to_accum(a.v[k])));
     store8(y + e, o);
   }
-  __device__ void one(std::int64_t i) const { y[i] = from_accum<T>(gelu_value(to_accum(x[i]))); }
+  __device__ void one(std::int64_t i) const { y[i] = from_accum<T>(pointwise::gelu(to_accum(x[i]))); }
 };
 
 template <class T>
@@ -106,11 +91,11 @@ struct GeluBackwardOp {
     Vec<T> o;
 #pragma unroll
     for (int k = 0; k < kV; ++k)
-      o.v[k] = from_accum<T>(to_accum(g.v[k]) * gelu_slope(to_accum(a.v[k])));
+      o.v[k] = from_accum<T>(to_accum(g.v[k]) * pointwise::gelu_slope(to_accum(a.v[k])));
     store8(dx + e, o);
   }
   __device__ void one(std::int64_t i) const {
-    dx[i] = from_accum<T>(to_accum(dy[i]) * gelu_slope(to_accum(x[i])));
+    dx[i] = from_accum<T>(to_accum(dy[i]) * pointwise::gelu_slope(to_accum(x[i])));
   }
 };
 
@@ -173,13 +158,6 @@ __device__ __forceinline__ float written(float d, T s) {
     return d;
 }
 
-__device__ __forceinline__ void tally(float v, double& sq, double& bad) {
-  if (v - v == 0.0f)  // finite: inf - inf and NaN - NaN are NaN
-    sq += double(v) * double(v);
-  else
-    bad += 1.0;
-}
-
 __device__ __forceinline__ double warp_sum(double s) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -232,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
         w.v[k] = written<Mode>(Mode == GradWrite::assign ? 0.0f : d[j].v[k], s[j].v[k]);
-        tally(w.v[k], sq, bad);
+        pointwise::tally(w.v[k], sq, bad);
       }
       if constexpr (Mode != GradWrite::none)
         store8(dst + base + (std::int64_t(j) * kThreads + threadIdx.x) * kV, w);
@@ -243,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
       const float v =
           written<Mode>(Mode == GradWrite::assign ? 0.0f : dst[i], Mode == GradWrite::none ? T() : src[i]);
       if constexpr (Mode != GradWrite::none) dst[i] = v;
-      tally(v, sq, bad);
+      pointwise::tally(v, sq, bad);
     }
   }
   block_sum<kThreads>(sq, bad);
