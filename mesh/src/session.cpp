@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 
 #include "device.hpp"
@@ -24,6 +25,10 @@ Session::Session(int& argc, char**& argv, SessionOptions options) {
   if (g_session)
     throw Error("a second kshard::Session was constructed", "one Session per process");
   const auto t0 = std::chrono::steady_clock::now();
+  if (options.line_buffered_stderr) {
+    std::setvbuf(stderr, nullptr, _IOLBF, BUFSIZ);
+    std::cerr.unsetf(std::ios::unitbuf);
+  }
 
   int inited = 0;
   MPI_Initialized(&inited);

@@ -27,6 +27,13 @@ Abort cases (--abort-case NEEDLE::ARGS): only some ranks fail; the job must
 end with a non-zero code and the failing rank's message, instead of hanging.
 A launch that runs past --timeout is a failure (a hang), not a wait.
 
+Stress mode (--stress N): the error cases are launched N times in all (round
+robin), each checked as above, with OMP_NUM_THREADS=2 (unless set) and one
+core kept busy by a spinning process: the conditions under which a rank's
+error line once went missing from the merged output (issue 23: another
+rank's piecewise-written line was still open when it arrived). Prints how
+many launches failed and how.
+
 Token files (--token-files): the driver writes, in a temporary directory,
 little-endian uint16 token files with Python and replaces these words in every
 --run/--case: @TRAIN@ (20000 tokens of a learnable stream over vocab 64),
@@ -213,6 +220,32 @@ def check_error(a, case, plain=False):
         print(f"OK: [{argstr}] -> mpiexec itself returns {a.expect_error}")
 
 
+def stress(a):
+    """--stress N: the error cases again and again on a busy machine."""
+    env_threads = "OMP_NUM_THREADS" in os.environ
+    if not env_threads:
+        os.environ["OMP_NUM_THREADS"] = "2"
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    failures = []
+    t0 = time.monotonic()
+    try:
+        for i in range(a.stress):
+            case = a.case[i % len(a.case)]
+            try:
+                check_error(a, case)
+            except Failure as e:
+                failures.append(f"launch {i + 1}: {e}")
+    finally:
+        spinner.kill()
+        spinner.wait()
+        if not env_threads:
+            del os.environ["OMP_NUM_THREADS"]
+    print(f"stress: {a.stress} launches of {len(a.case)} error case(s) with "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '2')} and a busy core in "
+          f"{time.monotonic() - t0:.0f} s: {len(failures)} failed")
+    return failures
+
+
 def check_abort(a, case):
     """Only some ranks fail: the job must end (abort), not hang."""
     needle, argstr = case.split("::", 1)
@@ -253,6 +286,8 @@ def main():
     ap.add_argument("--expect-eval", type=int, help="number of eval_loss lines of each run")
     ap.add_argument("--expect-same-eval", type=float, metavar="TOL",
                     help="every run's eval losses equal the first run's within TOL (relative)")
+    ap.add_argument("--stress", type=int, metavar="N",
+                    help="launch the --case runs N times in all on a busy core (see above)")
     ap.add_argument("--allow-steps", action="store_true",
                     help="error cases may print step lines (they fail while training)")
     a = ap.parse_args()
@@ -275,6 +310,13 @@ def run_all(a, ap):
         ap.error("nothing to run: give --run and/or --case")
     if a.case and a.expect_error is None:
         ap.error("--case needs --expect-error CODE")
+    if a.stress:
+        if not a.case or a.run or a.abort_case:
+            ap.error("--stress takes --case runs only")
+        failures = stress(a)
+        for f in failures:
+            print("FAIL: " + f)
+        return 1 if failures else 0
     failures = []
     curves = []
     for r in a.run:

@@ -9,7 +9,9 @@ mpiexec launch); the assertions below are the harness' contract:
     each rank's last collective;
   * a rank that dies ends the launch promptly, naming the test it was in;
   * expected failures and skips keep the suite green;
-  * a filter that matches no test is an error, not a silent pass.
+  * a filter that matches no test is an error, not a silent pass;
+  * a suite launched at a world size it does not declare runs no case, and
+    every rank says so once.
 """
 import argparse
 import subprocess
@@ -97,6 +99,17 @@ def main():
     rc, out, _ = run(a.launcher, a.bindir, a.logs, "expected_and_skipped",
                      extra=["--run_test=no_such_test"])
     check(rc != 0, f"empty filter: non-zero exit (rc {rc})", out)
+
+    rc, out, _ = run(a.launcher, a.bindir, a.logs, "world_sizes", np=2)
+    check(rc != 0, f"world_sizes at 2 ranks: non-zero exit (rc {rc})", out)
+    for r in (0, 1):
+        line = (f"[rank {r}] selftest_world_sizes: this suite runs at 1 or 3 ranks "
+                f"(KSHARD_SUITE_WORLD_SIZES), launched at 2; no test case was run")
+        check(out.count(line) == 1, f"world_sizes at 2 ranks: rank {r} says so once", out)
+    check("summary of" not in out,
+          "world_sizes at 2 ranks: no case ran", out)
+    rc, out, _ = run(a.launcher, a.bindir, a.logs, "world_sizes", np=1)
+    check(rc == 0 and "1 test cases, 0 failed" in out, f"world_sizes at 1 rank: runs (rc {rc})", out)
 
     print(f"{len(failures)} failed" if failures else "all harness self-checks passed")
     return 1 if failures else 0

@@ -223,6 +223,9 @@ kshard::AdamOptions options_for(const Case& c) {
 
 }  // namespace
 
+// The references are unsharded: one rank (the sharded suite covers more).
+KSHARD_SUITE_WORLD_SIZES(1);
+
 KSHARD_TEST_SUITE(optim_reference)
 
 // 1237 elements: more than two of the host kernels' 512-element blocks, with

@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -81,7 +82,39 @@ void mkdirs(const std::string& path) {
   }
 }
 
+std::string join_sizes(const std::vector<int>& sizes) {
+  std::string out;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out += i + 1 == sizes.size() ? " or " : ", ";
+    out += std::to_string(sizes[i]);
+  }
+  return out;
+}
+
 }  // namespace
+
+/// A suite launched at a world size it does not declare runs no case: every
+/// rank says so once (and the barrier keeps any rank from leaving before all
+/// have written it), instead of each case failing on its own.
+bool world_size_supported(const RunState& s) {
+  bool declared = false;
+  const std::vector<int> sizes = suite_world_sizes(&declared);
+  if (!declared || std::find(sizes.begin(), sizes.end(), s.size) != sizes.end()) return true;
+  const bool one = sizes.size() == 1 && sizes[0] == 1;
+  char what[512];
+  std::snprintf(what, sizeof what,
+                "%s: this suite runs at %s rank%s (KSHARD_SUITE_WORLD_SIZES), launched at %d; "
+                "no test case was run",
+                s.suite.c_str(), sizes.empty() ? "no" : join_sizes(sizes).c_str(), one ? "" : "s",
+                s.size);
+  // The status file too: kshard-run-suite prints it whatever the launcher
+  // did with the ranks' output.
+  write_status(what);
+  std::fprintf(stderr, "[rank %d] %s\n", s.rank, what);
+  std::fflush(stderr);
+  MPI_Barrier(s.comm);
+  return false;
+}
 
 struct GlobalFixture {
   GlobalFixture() {
@@ -170,6 +203,11 @@ int main(int argc, char** argv) {
   if (s.default_timeout_s <= 0) s.default_timeout_s = 60;
   std::remove((base + ".watchdog.txt").c_str());
   write_status("starting");
+  if (!world_size_supported(s)) {
+    MPI_Comm_free(&s.comm);
+    MPI_Finalize();
+    return 2;
+  }
 
   // Per-rank log + JUnit files (unless the caller chose loggers), and the
   // report: rank 0 to stdout, the others to their own file.

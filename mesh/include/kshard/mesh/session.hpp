@@ -26,6 +26,13 @@ struct SessionOptions {
   std::string backend = "";
   /// Initialise MPI with MPI_THREAD_MULTIPLE (else MPI_THREAD_FUNNELED).
   bool thread_multiple = false;
+  /// Make stderr line-buffered (and std::cerr flushed only by its writer:
+  /// std::endl, flush) before MPI and Kokkos start, so each line leaves the
+  /// process in one piece. The launcher merges every rank's stderr as it
+  /// reads it; a line written piecewise (`std::cerr << a << b` writes twice,
+  /// Kokkos' start-up warnings are written so) can otherwise be completed by
+  /// another rank's line, and that rank's message no longer starts a line.
+  bool line_buffered_stderr = true;
 };
 
 class Session {
