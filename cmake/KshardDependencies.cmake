@@ -7,6 +7,7 @@ find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ZLIB REQUIRED)
+find_package(Threads REQUIRED)  # the asynchronous checkpoint writer
 find_package(Boost 1.74 REQUIRED COMPONENTS unit_test_framework OPTIONAL_COMPONENTS program_options)
 
 # A Kokkos 3.x CUDA build under CUDA >= 12 only compiles with our compat header

@@ -47,6 +47,15 @@ UnitHost copy_to_host(ShardedGroup& group, const AdamGroupState* state) {
   return h;
 }
 
+const char* LiveShards::tensor(std::size_t unit, int kind) {
+  if (unit != unit_) {
+    host_ = UnitHost();  // the previous unit's copies go first
+    host_ = copy_to_host(model_.group(unit), opt_ ? &opt_->state(int(unit)) : nullptr);
+    unit_ = unit;
+  }
+  return host_.data(kind);
+}
+
 std::string full_name(const ShardedGroup& group, std::size_t param) {
   return group.name() + "." + group.index().entry(param).name;
 }

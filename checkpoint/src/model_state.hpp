@@ -3,6 +3,7 @@
 // master shard and (with an optimizer) Adam's two moment shards, copied to
 // host memory for I/O (Kokkos::deep_copy; a no-op alias on host builds).
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "kshard/engine/fsdp/fsdp_model.hpp"
 #include "kshard/optim/fused_adam.hpp"
+#include "save_stages.hpp"
 
 namespace kshard::ckpt {
 
@@ -28,6 +30,20 @@ struct UnitHost {
   const char* data(int kind) const;
 };
 UnitHost copy_to_host(ShardedGroup& group, const AdamGroupState* state);
+
+/// The synchronous save's source: the live shards, one unit copied to the
+/// host at a time (Kokkos calls: the calling thread only).
+class LiveShards final : public HostShards {
+ public:
+  LiveShards(FsdpModel& model, const FusedAdam* opt) : model_(model), opt_(opt) {}
+  const char* tensor(std::size_t unit, int kind) override;
+
+ private:
+  FsdpModel& model_;
+  const FusedAdam* opt_;
+  std::size_t unit_ = SIZE_MAX;
+  UnitHost host_;
+};
 
 /// "layers.1.attn.qkv.weight".
 std::string full_name(const ShardedGroup& group, std::size_t param);

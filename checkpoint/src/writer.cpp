@@ -1,15 +1,17 @@
-// save_checkpoint: each writing rank writes what it owns, per parameter, into
-// one data file; rank 0 writes the manifest last and renames the directory.
+// The three stages of a save (save_stages.hpp) and save_checkpoint, which
+// runs them in a row on the calling thread.
 //
-// Phases (each ends with every rank agreeing, see agree.hpp):
-//  0. arguments are the same on every rank (step), the optimizer matches the
-//     model; rank 0 creates <save_dir>/.tmp-step-N (removing a leftover);
-//  1. writers (under HSDP: the ranks of replica 0 only, so no byte is written
-//     twice) write shard-<rank>.bin, fsync it and describe its pieces;
-//  2. the descriptions go to rank 0, which writes manifest.json, fsyncs it
-//     and the directory, renames .tmp-step-N to step-N, fsyncs the save
-//     directory and prunes old checkpoints.
-// A failure in 1 or 2 removes the temporary directory (best effort); a rank
+//  1. begin_save: arguments are the same on every rank (step), the optimizer
+//     matches the model; rank 0 creates <save_dir>/.tmp-step-N (removing a
+//     leftover). Agreed (see agree.hpp).
+//  2. write_local_file: writers (under HSDP: the ranks of replica 0 only, so
+//     no byte is written twice) write shard-<rank>.bin, fsync it and
+//     describe its pieces.
+//  3. finish_save: the outcome of 2 is agreed; the descriptions go to rank
+//     0, which writes manifest.json, fsyncs it and the directory, renames
+//     .tmp-step-N to step-N, fsyncs the save directory and prunes old
+//     checkpoints. Agreed.
+// A failure in 2 or 3 removes the temporary directory (best effort); a rank
 // that dies leaves it behind, never a step-N directory.
 #include <mpi.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "agree.hpp"
@@ -28,6 +31,7 @@
 #include "kshard/checkpoint/manifest.hpp"
 #include "model_state.hpp"
 #include "save_dir.hpp"
+#include "save_stages.hpp"
 
 namespace kshard {
 namespace fs = std::filesystem;
@@ -36,36 +40,27 @@ using nlohmann::json;
 namespace ckpt {
 namespace {
 
-/// One piece this rank writes: elements [start, start + count) of parameter
-/// `param` of `unit`, tensor `kind`, at `offset` of its file.
-struct Planned {
-  std::size_t unit = 0, param = 0;
-  int kind = 0;
-  std::int64_t start = 0, count = 0;
-  std::int64_t shard_elem = 0;  // where the data starts in the rank's shard
-  std::int64_t offset = 0, bytes = 0;
-};
+using Clock = std::chrono::steady_clock;
 
-/// Test hook: KSHARD_CHECKPOINT_TEST_FAULT="<exit|enospc>:<world rank>:<step>"
-/// makes that rank, saving that step, _exit(3) or fail as if the disk were
-/// full once half of its data file is written. Used by tests/checkpoint to
-/// show that an interrupted save never yields a loadable directory.
-struct Fault {
-  bool exit_now = false, disk_full = false;
-};
-Fault injected_fault(int rank, std::int64_t step) {
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// KSHARD_CHECKPOINT_TEST_FAULT (see TestFault) for this rank and step.
+TestFault injected_fault(int rank, std::int64_t step) {
   const char* s = std::getenv("KSHARD_CHECKPOINT_TEST_FAULT");
-  Fault f;
-  if (!s) return f;
+  if (!s) return TestFault::none;
   const std::string v = s;
   const auto a = v.find(':'), b = v.find(':', a == std::string::npos ? a : a + 1);
-  if (a == std::string::npos || b == std::string::npos) return f;
+  if (a == std::string::npos || b == std::string::npos) return TestFault::none;
   if (std::atoi(v.substr(a + 1, b - a - 1).c_str()) != rank ||
       std::atoll(v.substr(b + 1).c_str()) != step)
-    return f;
-  f.exit_now = v.compare(0, a, "exit") == 0;
-  f.disk_full = v.compare(0, a, "enospc") == 0;
-  return f;
+    return TestFault::none;
+  const std::string kind = v.substr(0, a);
+  return kind == "exit"     ? TestFault::exit
+         : kind == "enospc" ? TestFault::enospc
+         : kind == "slow"   ? TestFault::slow
+                            : TestFault::none;
 }
 
 std::string file_name(int rank) {
@@ -103,53 +98,10 @@ std::vector<Planned> plan(FsdpModel& model, bool with_optimizer, DType moment_dt
   return out;
 }
 
-/// Phase 1 on a writing rank: the data file, fsynced; returns its description.
-json write_data_file(const fs::path& tmp, int rank, std::int64_t step, FsdpModel& model,
-                     const FusedAdam* opt, const SaveOptions& o, std::uint64_t& bytes_written) {
-  const DType mdt = opt ? opt->options().moment_dtype : DType::f32;
-  const std::vector<Planned> pieces = plan(model, opt != nullptr, mdt);
-  std::int64_t total = 0;
-  for (const auto& p : pieces) total += p.bytes;
-  const Fault fault = injected_fault(rank, step);
-
-  const std::string name = file_name(rank);
-  File f = File::create(tmp / name);
-  json desc_pieces = json::array();
-  std::int64_t written = 0;
-  std::size_t next = 0;
-  Kokkos::fence();  // the optimizer's update kernels may still run
-  for (std::size_t u = 0; u < model.num_units(); ++u) {
-    // One unit's host copies at a time (device builds: bounded host memory).
-    const UnitHost host = copy_to_host(model.group(u), opt ? &opt->state(int(u)) : nullptr);
-    for (; next < pieces.size() && pieces[next].unit == u; ++next) {
-      const Planned& p = pieces[next];
-      if ((fault.exit_now || fault.disk_full) && written > 0 && 2 * written >= total) {
-        if (fault.exit_now) ::_exit(3);
-        throw Error("cannot write '" + f.path().string() + "': " + errno_text(ENOSPC) +
-                        " (injected by KSHARD_CHECKPOINT_TEST_FAULT) after " +
-                        std::to_string(written) + " of " + std::to_string(total) + " bytes",
-                    "a writable file system with free space");
-      }
-      const std::int64_t es = p.bytes / std::max<std::int64_t>(p.count, 1);
-      const char* src = host.data(p.kind) + p.shard_elem * es;
-      json crcs = json::array();
-      for (std::int64_t b = 0; b < p.bytes; b += o.crc_block_bytes)
-        crcs.push_back(crc32_of(src + b, std::size_t(std::min(o.crc_block_bytes, p.bytes - b))));
-      f.write_all(src, std::size_t(p.bytes));
-      written += p.bytes;
-      desc_pieces.push_back({p.unit, p.param, p.kind, p.start, p.count, p.offset, std::move(crcs)});
-    }
-  }
-  if (o.fsync) f.sync();
-  f.close();
-  bytes_written = std::uint64_t(written);
-  return json{{"name", name}, {"bytes", written}, {"pieces", std::move(desc_pieces)}};
-}
-
-/// Rank 0, phase 2: the manifest from every writer's description.
-Manifest build_manifest(std::int64_t step, FsdpModel& model, const FusedAdam* opt,
-                        const json& user_state, const SaveOptions& o,
-                        const std::vector<json>& descs) {
+/// Rank 0, stage 1: the manifest without files and pieces, as of now (the
+/// optimizer's step count and the user state are those of the snapshot).
+Manifest manifest_head(std::int64_t step, FsdpModel& model, const FusedAdam* opt,
+                       const json& user_state, const SaveOptions& o) {
   Manifest m;
   m.step = step;
   m.recipe = model.recipe().describe();
@@ -178,6 +130,11 @@ Manifest build_manifest(std::int64_t step, FsdpModel& model, const FusedAdam* op
     }
     m.units.push_back(std::move(su));
   }
+  return m;
+}
+
+/// Rank 0, stage 3: the manifest head completed with every writer's description.
+Manifest build_manifest(Manifest m, const std::vector<json>& descs) {
   for (const json& d : descs) {
     if (d.is_null()) continue;  // not a writer
     const int file = int(m.files.size());
@@ -232,25 +189,25 @@ std::vector<json> gather_descriptions(MPI_Comm comm, const json& mine) {
   return out;
 }
 
-/// Rank 0, phase 2: manifest, fsyncs, rename, prune.
-void commit(const fs::path& save_dir, const fs::path& tmp, const fs::path& final_path,
-            const Manifest& m, const SaveOptions& o) {
+/// Rank 0, stage 3: manifest, fsyncs, rename, prune.
+void commit(const SaveJob& job, const Manifest& m) {
+  const SaveOptions& o = job.options;
   const json j = m.to_json();
   // Self-check: what load will accept (coverage, offsets, checksum counts).
-  Manifest::from_json(j, (tmp / "manifest.json").string());
-  write_text_file(tmp / "manifest.json", j.dump(1), o.fsync);
-  if (o.fsync) fsync_directory(tmp);
+  Manifest::from_json(j, (job.tmp / "manifest.json").string());
+  write_text_file(job.tmp / "manifest.json", j.dump(1), o.fsync);
+  if (o.fsync) fsync_directory(job.tmp);
   std::error_code ec;
-  const fs::path old = save_dir / (".old-" + final_path.filename().string());
-  if (fs::exists(final_path, ec)) {
+  const fs::path old = job.save_dir / (".old-" + job.final_path.filename().string());
+  if (fs::exists(job.final_path, ec)) {
     // Re-saving a step: move the old one aside first (rename cannot replace a
     // non-empty directory); for that moment only the older steps are complete.
     fs::remove_all(old, ec);
-    fs::rename(final_path, old);
+    fs::rename(job.final_path, old);
   }
-  fs::rename(tmp, final_path);
-  if (o.fsync) fsync_directory(save_dir);
-  prune(save_dir, o.keep_last);
+  fs::rename(job.tmp, job.final_path);
+  if (o.fsync) fsync_directory(job.save_dir);
+  prune(job.save_dir, o.keep_last);
 }
 
 /// All ranks hold the same value (else an error on every rank).
@@ -262,19 +219,36 @@ std::string check_same(MPI_Comm comm, std::int64_t v, const std::string& what) {
          std::to_string(mm[0]) + ")";
 }
 
-SaveInfo save(const fs::path& save_dir, std::int64_t step, FsdpModel& model, const FusedAdam* opt,
-              const json& user_state, const SaveOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const DeviceMesh& mesh = model.mesh();
-  const Communicator& world = mesh.world();
-  MPI_Comm comm = world.mpi_comm();
-  const int rank = world.rank();
-  const bool writer = mesh.ndim() == 1 || mesh.coord(0) == 0;
-  const fs::path final_path = checkpoint_path(save_dir, step), tmp = temporary_path(save_dir, step);
+/// agree(), removing the temporary directory (rank 0) when some rank failed.
+void agree_or_clean_up(const SaveJob& job, const std::optional<Error>& err) {
+  try {
+    agree(job.world, err);
+  } catch (...) {
+    std::error_code ec;
+    if (job.rank == 0) fs::remove_all(job.tmp, ec);
+    throw;
+  }
+}
 
-  // Phase 0.
-  const std::string differs = check_same(comm, step, "the step to save");
-  run_agreed(world, [&] {
+}  // namespace
+
+SaveJob begin_save(const fs::path& save_dir, std::int64_t step, FsdpModel& model,
+                   const FusedAdam* opt, const json& user_state, const SaveOptions& o) {
+  const DeviceMesh& mesh = model.mesh();
+  SaveJob job;
+  job.world = mesh.world();
+  job.rank = job.world.rank();
+  job.writer = mesh.ndim() == 1 || mesh.coord(0) == 0;
+  job.save_dir = save_dir;
+  job.step = step;
+  job.options = o;
+  job.with_optimizer = opt != nullptr;
+  job.final_path = checkpoint_path(save_dir, step);
+  job.tmp = temporary_path(save_dir, step);
+  job.fault = injected_fault(job.rank, step);
+
+  const std::string differs = check_same(job.world.mpi_comm(), step, "the step to save");
+  run_agreed(job.world, [&] {
     if (!differs.empty()) throw Error("save_checkpoint: " + differs, "the same step on every rank");
     if (step < 0) throw Error("save_checkpoint of step " + std::to_string(step), "a step >= 0");
     if (o.crc_block_bytes < 1 || o.keep_last < 0)
@@ -282,46 +256,100 @@ SaveInfo save(const fs::path& save_dir, std::int64_t step, FsdpModel& model, con
                       ", keep_last " + std::to_string(o.keep_last),
                   "crc_block_bytes >= 1 and keep_last >= 0");
     if (opt) check_optimizer_matches(model, *opt);
-    if (rank == 0) {
+    if (job.writer)
+      job.pieces = plan(model, opt != nullptr, opt ? opt->options().moment_dtype : DType::f32);
+    if (job.rank == 0) {
+      job.manifest = manifest_head(step, model, opt, user_state, o);
       std::error_code ec;
       fs::create_directories(save_dir, ec);
       if (!fs::is_directory(save_dir))
         throw Error("cannot create the save directory '" + save_dir.string() + "'" +
                         (ec ? ": " + ec.message() : std::string(": a file is in the way")),
                     "a writable directory");
-      fs::remove_all(tmp);  // a leftover of an interrupted save of this step
-      fs::create_directory(tmp);
+      fs::remove_all(job.tmp);  // a leftover of an interrupted save of this step
+      fs::create_directory(job.tmp);
     }
   });
+  return job;
+}
 
-  auto cleanup = [&](const std::optional<Error>& err) {
-    try {
-      agree(world, err);
-    } catch (...) {
-      std::error_code ec;
-      if (rank == 0) fs::remove_all(tmp, ec);
-      throw;
+LocalWrite write_local_file(const SaveJob& job, HostShards& shards) {
+  const auto t0 = Clock::now();
+  LocalWrite out;
+  if (!job.writer) return out;
+  const SaveOptions& o = job.options;
+  std::int64_t total = 0;
+  for (const auto& p : job.pieces) total += p.bytes;
+
+  const std::string name = file_name(job.rank);
+  File f = File::create(job.tmp / name);
+  json desc_pieces = json::array();
+  std::int64_t written = 0;
+  bool fault_done = false;
+  for (const Planned& p : job.pieces) {
+    if (job.fault != TestFault::none && !fault_done && written > 0 && 2 * written >= total) {
+      fault_done = true;
+      if (job.fault == TestFault::exit) ::_exit(3);
+      if (job.fault == TestFault::enospc)
+        throw Error("cannot write '" + f.path().string() + "': " + errno_text(ENOSPC) +
+                        " (injected by KSHARD_CHECKPOINT_TEST_FAULT) after " +
+                        std::to_string(written) + " of " + std::to_string(total) + " bytes",
+                    "a writable file system with free space");
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // slow
     }
-  };
+    const std::int64_t es = p.bytes / std::max<std::int64_t>(p.count, 1);
+    const char* src = shards.tensor(p.unit, p.kind) + p.shard_elem * es;
+    json crcs = json::array();
+    for (std::int64_t b = 0; b < p.bytes; b += o.crc_block_bytes)
+      crcs.push_back(crc32_of(src + b, std::size_t(std::min(o.crc_block_bytes, p.bytes - b))));
+    f.write_all(src, std::size_t(p.bytes));
+    written += p.bytes;
+    desc_pieces.push_back({p.unit, p.param, p.kind, p.start, p.count, p.offset, std::move(crcs)});
+  }
+  if (o.fsync) f.sync();
+  f.close();
+  out.bytes = std::uint64_t(written);
+  out.description = json{{"name", name}, {"bytes", written}, {"pieces", std::move(desc_pieces)}};
+  out.seconds = since(t0);
+  return out;
+}
 
-  // Phase 1.
+SaveInfo finish_save(const SaveJob& job, const std::optional<Error>& local_error,
+                     const LocalWrite& local) {
+  agree_or_clean_up(job, local_error);
+  MPI_Comm comm = job.world.mpi_comm();
+  const std::vector<json> descs = gather_descriptions(comm, local.description);
+  agree_or_clean_up(job, run_local([&] {
+    if (job.rank == 0) commit(job, build_manifest(job.manifest, descs));
+  }));
   SaveInfo info;
-  info.path = final_path;
-  info.step = step;
-  json desc;
-  cleanup(run_local([&] {
-    if (writer) desc = write_data_file(tmp, rank, step, model, opt, o, info.bytes_written);
-  }));
-
-  // Phase 2.
-  const std::vector<json> descs = gather_descriptions(comm, desc);
-  cleanup(run_local([&] {
-    if (rank == 0) commit(save_dir, tmp, final_path, build_manifest(step, model, opt, user_state, o, descs), o);
-  }));
-  unsigned long long total = info.bytes_written;
+  info.path = job.final_path;
+  info.step = job.step;
+  info.bytes_written = local.bytes;
+  info.write_seconds = local.seconds;
+  unsigned long long total = local.bytes;
   MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm);
   info.total_bytes = total;
-  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return info;
+}
+
+namespace {
+
+SaveInfo save(const fs::path& save_dir, std::int64_t step, FsdpModel& model, const FusedAdam* opt,
+              const json& user_state, const SaveOptions& o) {
+  const auto t0 = Clock::now();
+  const SaveJob job = begin_save(save_dir, step, model, opt, user_state, o);
+  // Stage 2 reads the live shards, one unit's host copies at a time (device
+  // builds: bounded host memory; host builds: no copy at all).
+  LiveShards live(model, opt);
+  LocalWrite local;
+  const std::optional<Error> err = run_local([&] {
+    Kokkos::fence();  // the optimizer's update kernels may still run
+    local = write_local_file(job, live);
+  });
+  SaveInfo info = finish_save(job, err, local);
+  info.seconds = since(t0);
+  info.blocked_seconds = info.seconds;
   return info;
 }
 

@@ -17,7 +17,10 @@
 // --steps, the run's total. --init-from loads weights only, before the
 // Trainer exists (a checkpoint directory through the model-only
 // load_checkpoint, a .safetensors file through import_safetensors);
-// --export writes the final weights as safetensors.
+// --export writes the final weights as safetensors. --async-save saves with
+// Trainer::save_async (the files written on a background thread, committed
+// at a later step) and waits for the last save before the summary, so a
+// failed write still ends the run with an error.
 //
 // Rank 0 prints one line per step (loss averaged over ranks, gradient norm,
 // LR, tokens/s, peak memory of the worst rank, whether the optimizer skipped
@@ -364,15 +367,31 @@ int run(kshard::Session& session, int argc, char** argv) {
   }
   kshard::SaveOptions save_options;
   save_options.keep_last = o.keep;
-  auto save = [&]() {
-    const kshard::SaveInfo si = trainer.save(o.save_dir, save_options);
-    last_saved = si.step;
+  // Committed saves: count, the time they blocked training (sync: all of it;
+  // async: snapshot, commit checks, waits) and rank 0's data file writes.
+  int saves_done = 0;
+  double save_blocked = 0, save_write = 0;
+  auto saved = [&](const kshard::SaveInfo& si) {
+    ++saves_done;
+    save_blocked += si.blocked_seconds;
+    save_write += si.write_seconds;
     if (root) {
-      std::printf("checkpoint saved %s step %lld bytes %llu seconds %.3f\n",
+      std::printf("checkpoint saved %s step %lld bytes %llu seconds %.3f blocked %.3f write %.3f\n",
                   si.path.string().c_str(), (long long)si.step,
-                  (unsigned long long)si.total_bytes, si.seconds);
+                  (unsigned long long)si.total_bytes, si.seconds, si.blocked_seconds,
+                  si.write_seconds);
       std::fflush(stdout);
     }
+  };
+  auto save = [&]() {
+    last_saved = trainer.step_count();
+    if (!o.async_save) {
+      saved(trainer.save(o.save_dir, save_options));
+      return;
+    }
+    // A save still pending is committed first (and reported).
+    if (const auto prev = trainer.wait_for_save()) saved(*prev);
+    trainer.save_async(o.save_dir, save_options);
   };
 
   // Fault injection for the tests: this rank alone fails at the first step,
@@ -438,6 +457,7 @@ int run(kshard::Session& session, int argc, char** argv) {
                   duration_text(eta).c_str());
       std::fflush(stdout);
     }
+    if (r.committed_save) saved(*r.committed_save);
     if (diverged) throw *stop;
     if (val && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps))
       evaluate();
@@ -452,6 +472,7 @@ int run(kshard::Session& session, int argc, char** argv) {
   // After the last step: a checkpoint (unless this step's is already there)
   // and the exported weights.
   if (!o.save_dir.empty() && last_saved != trainer.step_count()) save();
+  // The last asynchronous save is written while the export runs.
   if (!o.export_path.empty()) {
     const auto t0 = Clock::now();
     kshard::export_safetensors(trainer.model(), o.export_path,
@@ -467,6 +488,11 @@ int run(kshard::Session& session, int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+
+  // Before the summary and exit: commit the pending save, or fail with its
+  // error on every rank (the Trainer's destructor would only wait).
+  if (o.async_save)
+    if (const auto si = trainer.wait_for_save()) saved(*si);
 
   const kshard::FusedAdam& adam = trainer.optimizer();
   const double persistent = double(model.persistent_bytes());
@@ -499,9 +525,15 @@ int run(kshard::Session& session, int argc, char** argv) {
     std::printf("summary: wall %s for %d steps\n",
                 duration_text(std::chrono::duration<double>(Clock::now() - run_start).count()).c_str(),
                 o.steps - first_step);
-    if (!o.save_dir.empty())
+    if (!o.save_dir.empty()) {
       std::printf("summary: checkpoints in %s (newest %s)\n", o.save_dir.c_str(),
                   kshard::checkpoint_path(o.save_dir, last_saved).string().c_str());
+      // Async: blocked (snapshot, commit, waits) beside the background write
+      // time shows how much of the saving training no longer waits for.
+      std::printf("summary: checkpoint: %d saves (%s), blocked %.3f s, %s %.3f s\n", saves_done,
+                  o.async_save ? "async" : "sync", save_blocked,
+                  o.async_save ? "background write" : "write (within blocked)", save_write);
+    }
     if (!o.export_path.empty())
       std::printf("summary: weights exported to %s (%s)\n", o.export_path.c_str(),
                   o.export_dtype.c_str());

@@ -89,7 +89,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
       "Checkpoints (--save-dir DIR): DIR/step-<N>, sharded (every rank writes its part; any\n"
       "world size or mesh loads them), saved every --save-every steps and after the last.\n"
       "--resume PATH continues from a step-N checkpoint or from the newest one of a save\n"
-      "directory (same data stream and LR schedule; --steps is the run's total). --init-from takes the weights only (a step-N directory or a\n"
+      "directory (same data stream and LR schedule; --steps is the run's total).\n"
+      "--async-save writes them on a background thread while training goes on; the\n"
+      "summary says how long saves blocked training. --init-from takes the weights only (a step-N directory or a\n"
       "safetensors file); --export writes the final weights as one safetensors file.\n\n"
       "Usage: mpiexec -n N kshard-train [options]\n\nOptions");
   std::string data_dtype = o.data_dtype;
@@ -151,6 +153,10 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "also save every N steps (0: only after the last step); needs --save-dir")
     ("keep", po::value<int>(&o.keep)->default_value(o.keep),
      "keep only the newest K checkpoints of --save-dir (0: all)")
+    ("async-save", po::bool_switch(&o.async_save),
+     "save asynchronously: training stops only while the state is copied to host memory, a "
+     "background thread writes the files, and the checkpoint is committed at a later step "
+     "(and before exit); needs --save-dir")
     ("resume", po::value<std::string>(&o.resume),
      "continue a run from PATH: a step-N checkpoint directory, or a save directory (its "
      "newest complete checkpoint; none yet: start fresh, with a note, so the same command "
@@ -242,6 +248,7 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   if (o.save_dir.empty()) {
     const char* needs = !vm["save-every"].defaulted() ? "--save-every"
                         : !vm["keep"].defaulted()       ? "--keep"
+                        : o.async_save                  ? "--async-save"
                                                         : nullptr;
     if (needs)
       throw OptionError(std::string(needs) +

@@ -56,6 +56,7 @@ struct TrainOptions {
   std::string save_dir;       ///< save checkpoints here (empty: never)
   int save_every = 0;         ///< also every N steps (0: only after the last step)
   int keep = 0;               ///< keep the newest K checkpoints (0: all)
+  bool async_save = false;    ///< write checkpoints on a background thread (Trainer::save_async)
   std::string resume;         ///< a step-N checkpoint, or a save dir (its newest checkpoint)
   std::string init_from;      ///< weights only: a step-N directory or a .safetensors file
   std::string export_path;    ///< export the final model as safetensors (empty: no)

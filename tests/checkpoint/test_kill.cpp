@@ -1,4 +1,6 @@
-// A rank killed during a save (two launches). crash_during_save runs with
+// A rank killed during a save (two launches; the same for an asynchronous
+// save, whose rank dies in its background writer while the main threads
+// train on: crash_during_async_save / after_async_crash, own directory). crash_during_save runs with
 // KSHARD_CHECKPOINT_TEST_FAULT=exit:1:2: it saves step 1, then rank 1 _exits
 // halfway through its data file of step 2, so that launch fails (CTest
 // expects it to). after_crash, the next launch, checks that the partial save
@@ -7,6 +9,7 @@
 #include <kshard/testing/harness.hpp>
 
 #include "ckpt_test_util.hpp"
+#include "kshard/checkpoint/async_save.hpp"
 
 namespace kt = kshard::testing;
 using namespace ckpt_test;
@@ -55,6 +58,50 @@ BOOST_AUTO_TEST_CASE(after_crash) {
   b.train_step();
   kshard::save_checkpoint(kill_dir(), 2, *b.model, *b.opt, b.user_state());
   KSHARD_CHECK_ALL(!fs::exists(tmp) && kshard::latest_checkpoint(kill_dir()) == kshard::checkpoint_path(kill_dir(), 2));
+}
+
+BOOST_AUTO_TEST_CASE(crash_during_async_save) {
+  KSHARD_SKIP_IF(env("KSHARD_CHECKPOINT_TEST_FAULT").empty(),
+                 "no KSHARD_CHECKPOINT_TEST_FAULT: run by checkpoint_kill_async_save");
+  const auto mesh = make_mesh(kt::world(), {kt::world_size()});
+  const fs::path dir = kill_dir().string() + "-async";
+  fresh_dir(dir, kt::world().mpi_comm());
+  Trainer a(mesh, "fp32", 31);
+  a.train_step();
+  kshard::AsyncSaver saver;
+  saver.start(dir, 1, *a.model, *a.opt, a.user_state());
+  a.train_step();  // trains while step 1 is written
+  const auto polled = saver.poll();
+  const auto waited = saver.wait();
+  KSHARD_REQUIRE_ALL(polled.has_value() != waited.has_value());
+  KSHARD_REQUIRE_ALL(kshard::latest_checkpoint(dir) == kshard::checkpoint_path(dir, 1));
+  a.train_step();
+  saver.start(dir, 2, *a.model, *a.opt, a.user_state());  // rank 1's writer dies halfway
+  for (int s = 0; s < 1000; ++s) {  // the main threads train on meanwhile
+    a.train_step();
+    saver.poll();
+  }
+  saver.wait();
+  BOOST_FAIL("the async save of step 2 was committed: the injected crash did not happen");
+}
+
+BOOST_AUTO_TEST_CASE(after_async_crash) {
+  KSHARD_SKIP_IF(env("KSHARD_CKPT_AFTER_KILL").empty(), "run by checkpoint_after_async_kill");
+  const fs::path dir = kill_dir().string() + "-async";
+  const fs::path tmp = dir / ".tmp-step-0000000002";
+  KSHARD_REQUIRE_ALL(fs::is_directory(tmp));
+  KSHARD_CHECK_ALL(fs::exists(tmp / "shard-00001.bin") && !fs::exists(tmp / "manifest.json"));
+  KSHARD_CHECK_ALL(!fs::exists(kshard::checkpoint_path(dir, 2)));
+  KSHARD_CHECK_ALL(kshard::list_checkpoints(dir).size() == 1);
+  const auto mesh = make_mesh(kt::world(), {kt::world_size()});
+  // Step 1 loads exactly: the state a fresh run has after one step.
+  Trainer ref(mesh, "fp32", 31);
+  ref.train_step();
+  Trainer b(mesh, "fp32", 32);
+  const auto li = kshard::load_latest_checkpoint(dir, *b.model, *b.opt);
+  KSHARD_REQUIRE_ALL(li.has_value() && li->step == 1);
+  std::string why;
+  KSHARD_CHECK_ALL_MSG(same_state(full_state(b), full_state(ref), why), why);
 }
 
 KSHARD_TEST_SUITE_END()

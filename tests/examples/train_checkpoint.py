@@ -5,6 +5,7 @@ same per-rank exit codes, same token files).
 
   train_checkpoint.py --exe build/host/examples/train/kshard-train resume
   train_checkpoint.py ... export
+  train_checkpoint.py ... async
   train_checkpoint.py ... bad
 
 resume: (1) run A trains 6 steps straight; run B trains 3 steps with
@@ -23,6 +24,15 @@ export: a 2-rank run with --val-data --eval-every --export model.safetensors
   `--init-from <save-dir>/step-6` on a 2x2 mesh print its final eval_loss
   within EVAL_TOL relative; --export-dtype bf16 writes BF16 tensors (read by
   Python's safetensors when it is installed).
+async: --async-save (checkpoints written on a background thread): a run that
+  saves at steps 3 and 6 prints the uninterrupted run's steps, its
+  checkpoints are byte for byte those of the same run saving synchronously,
+  the summary reports the blocked and background write times, and with step
+  6 removed `--resume --async-save` prints the uninterrupted run's steps
+  4..6. A write that fails on rank 1 (KSHARD_CHECKPOINT_TEST_FAULT=enospc),
+  at a save during the run or at the last save (reported by the wait before
+  exit), ends every rank with exit 2 and a message naming shard-00001.bin,
+  and leaves no step-N or temporary directory of that save.
 bad: bad checkpoint options and inputs end every rank with exit 2 and a
   message naming the problem (no hang): --resume without a path,
   --init-from with --resume, --export with --eval-only, --init-from a missing
@@ -222,6 +232,55 @@ def test_export(a):
     print(f"OK: --export-dtype bf16: {len(keys)} BF16 tensors, step metadata, read by safetensors")
 
 
+def same_dirs(x, y, what):
+    fx, fy = sorted(os.listdir(x)), sorted(os.listdir(y))
+    expect(fx == fy, f"{what}: files {fx} vs {fy}")
+    for f in fx:
+        with open(os.path.join(x, f), "rb") as g, open(os.path.join(y, f), "rb") as h:
+            expect(g.read() == h.read(), f"{what}: {f} differs")
+    print(f"OK: {what}: {len(fx)} files, byte for byte the same")
+
+
+def test_async(a):
+    d = a.tmp
+    base = f"{MODEL} --batch 4 --steps 6"
+    A = steps_of(run_ok(a, base))
+    sa, ss = os.path.join(d, "async"), os.path.join(d, "sync")
+    out = run_ok(a, f"{base} --save-dir {sa} --save-every 3 --async-save")
+    expect(saves_of(out) == [3, 6], f"--async-save saved {saves_of(out)}, expected [3, 6]")
+    same_steps(steps_of(out), A, range(1, 7), "a run that saves asynchronously")
+    m = re.search(r"^summary: checkpoint: 2 saves \(async\), blocked (\S+) s, "
+                  r"background write (\S+) s$", out, re.M)
+    expect(m, "no 'summary: checkpoint: 2 saves (async), blocked X s, background write Y s' line")
+    print(f"OK: async summary: blocked {m.group(1)} s, background write {m.group(2)} s")
+    out = run_ok(a, f"{base} --save-dir {ss} --save-every 3")
+    expect(re.search(r"^summary: checkpoint: 2 saves \(sync\), blocked \S+ s", out, re.M),
+           "no 'summary: checkpoint: 2 saves (sync), blocked X s' line")
+    for step in ("step-0000000003", "step-0000000006"):
+        same_dirs(os.path.join(sa, step), os.path.join(ss, step), f"async vs sync {step}")
+    expect(ckpts(sa) == ["step-0000000003", "step-0000000006"] and
+           not [n for n in os.listdir(sa) if n.startswith(".")], f"{sa} holds {os.listdir(sa)}")
+    shutil.rmtree(os.path.join(sa, "step-0000000006"))
+    out = run_ok(a, f"{base} --save-dir {sa} --save-every 3 --async-save --resume {sa}")
+    expect(re.search(r"^resumed from \S+step-0000000003 step 3", out, re.M), "no resumed line")
+    same_steps(steps_of(out), A, range(4, 7), "--resume of an asynchronous checkpoint")
+    expect(saves_of(out) == [6], f"resumed run saved {saves_of(out)}, expected [6]")
+
+    # A failed background write: during the run (the save of step 3, found by
+    # a later step) and at the last save (found by the wait before exit).
+    a.expect_error = 2
+    a.allow_steps = True
+    for step in (3, 6):
+        sf = os.path.join(d, f"fail{step}")
+        rt.check_error(a, f"/.tmp-step-000000000{step}/shard-00001.bin::"
+                          f"KSHARD_CHECKPOINT_TEST_FAULT=enospc:1:{step} {base} --save-dir {sf} "
+                          f"--save-every 3 --async-save")
+        left = sorted(os.listdir(sf)) if os.path.isdir(sf) else []
+        want = [] if step == 3 else ["step-0000000003"]
+        expect(left == want, f"after the failed save of step {step}, {sf} holds {left}, "
+                             f"expected {want}")
+
+
 def test_bad(a):
     d = a.tmp
     # Real files to damage: a safetensors export and a checkpoint of 1 step.
@@ -270,12 +329,13 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--keep-tmp", action="store_true")
-    ap.add_argument("scenario", choices=["resume", "export", "bad"])
+    ap.add_argument("scenario", choices=["resume", "export", "async", "bad"])
     a = ap.parse_args()
     a.tmp = tempfile.mkdtemp(prefix=f"kshard_ckpt_{a.scenario}_")
     a.files = rt.write_token_files(a.tmp)
     try:
-        {"resume": test_resume, "export": test_export, "bad": test_bad}[a.scenario](a)
+        {"resume": test_resume, "export": test_export, "async": test_async,
+         "bad": test_bad}[a.scenario](a)
     except rt.Failure as e:
         print(f"FAIL: {e}")
         return 1

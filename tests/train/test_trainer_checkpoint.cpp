@@ -2,17 +2,21 @@
 // (each field by name), and Trainer::save / load / resume against the
 // uninterrupted trainer: same state, bitwise the same next-step losses and
 // parameters; bad trainer state in a checkpoint is an error on every rank
-// and changes nothing.
+// and changes nothing; save_async writes what save writes and resumes alike,
+// and its failed write is an error on every rank.
 #include <kshard/testing/harness.hpp>
 
 #include <mpi.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -322,6 +326,171 @@ BOOST_AUTO_TEST_CASE(bad_trainer_state_is_an_error_everywhere) {
     KSHARD_CHECK_ALL(t->state() == before);
   }
   KSHARD_CHECK_ALL(same_bits(params, t->model().gather_master_parameters()));
+  remove_shared(dir);
+}
+
+namespace {
+
+/// Sets KSHARD_CHECKPOINT_TEST_FAULT for one scope, on every rank (read when
+/// a save starts, never by its writer thread).
+struct FaultScope {
+  explicit FaultScope(const std::string& spec) {
+    ::setenv("KSHARD_CHECKPOINT_TEST_FAULT", spec.c_str(), 1);
+  }
+  ~FaultScope() { ::unsetenv("KSHARD_CHECKPOINT_TEST_FAULT"); }
+};
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+// save_async at step 3 (its write kept pending for two steps by a slow
+// writer on the last rank) and save at step 3 write the same bytes;
+// resuming from the asynchronous checkpoint, from the synchronous one, and
+// the uninterrupted run give bitwise the same next losses and parameters. A
+// later save_async is committed by a step (StepReport::committed_save).
+BOOST_AUTO_TEST_CASE(async_save_resumes_bitwise) {
+  const auto& world = kt::world();
+  const kshard::DeviceMesh mesh(world, {world.size()});
+  const VectorSource data(make_tokens(4000, 9));
+  const fs::path dir = shared_dir("async");
+  std::string why;
+  for (const std::string recipe : {"fp32", "fp16"}) {
+    const kshard::TrainerOptions o = ckpt_options();
+    auto straight = make_trainer(mesh, recipe, 3, o);
+    std::vector<double> want;
+    for (int s = 0; s < 6; ++s) want.push_back(straight->step(data).local_loss);
+
+    auto first = make_trainer(mesh, recipe, 3, o);
+    for (int s = 0; s < 3; ++s) first->step(data);
+    const kshard::SaveInfo sync = first->save(dir / recipe / "sync");
+    {
+      FaultScope slow("slow:" + std::to_string(world.size() - 1) + ":3");
+      first->save_async(dir / recipe / "async");
+    }
+    // Training goes on while the write is pending (the slow writer sleeps a
+    // second halfway): these steps commit nothing.
+    bool early = false;
+    for (int s = 0; s < 2; ++s) early = early || first->step(data).committed_save.has_value();
+    if ((early || !first->save_pending()) && why.empty())
+      why = recipe + ": the slow save was committed by a step";
+    const auto done = first->wait_for_save();
+    if ((!done || done->step != 3 || first->save_pending() || first->wait_for_save()) && why.empty())
+      why = recipe + ": wait_for_save did not commit step 3 once";
+    const fs::path async_path = kshard::checkpoint_path(dir / recipe / "async", 3);
+    for (const char* f : {"manifest.json", "shard-00000.bin"})
+      if (file_bytes(sync.path / f) != file_bytes(async_path / f) && why.empty())
+        why = recipe + ": " + f + " of the async checkpoint differs from the sync one's";
+    const std::string mine = "shard-0000" + std::to_string(world.rank()) + ".bin";
+    const bool same_mine = file_bytes(sync.path / mine) == file_bytes(async_path / mine);
+    if (kt::any_rank(!same_mine) && why.empty()) why = recipe + ": a data file differs";
+
+    kshard::TrainerOptions other = o;
+    other.schedule = {kshard::LrScheduleKind::constant, 1.0, 0.0, 0, 1};
+    other.data_seed = 7;
+    auto from_async = make_trainer(mesh, recipe, 99, other);
+    auto from_sync = make_trainer(mesh, recipe, 98, other);
+    const auto ra = from_async->resume(dir / recipe / "async");
+    from_sync->load(sync.path);
+    if ((!ra || ra->step != 3 || !(from_async->state() == from_sync->state())) && why.empty())
+      why = recipe + ": resume of the async checkpoint did not restore step 3";
+    for (int s = 3; s < 6; ++s) {
+      const double a = from_async->step(data).local_loss, b = from_sync->step(data).local_loss;
+      if ((bits(a) != bits(want[std::size_t(s)]) || bits(b) != bits(want[std::size_t(s)])) &&
+          why.empty()) {
+        std::ostringstream m;
+        m.precision(17);
+        m << recipe << " step " << s + 1 << ": from async " << a << ", from sync " << b
+          << ", uninterrupted " << want[std::size_t(s)];
+        why = m.str();
+      }
+    }
+    const auto ps = straight->model().gather_master_parameters();
+    if ((!same_bits(ps, from_async->model().gather_master_parameters()) ||
+         !(from_async->state() == straight->state())) && why.empty())
+      why = recipe + ": the run resumed from the async checkpoint ends elsewhere";
+
+    // Committed by a step: every rank sleeps a little before each step so
+    // that the writers (no fsync) are done within a few steps.
+    kshard::SaveOptions fast;
+    fast.fsync = false;
+    const kshard::TrainerState at5 = first->state();
+    first->save_async(dir / recipe / "by_step", fast);
+    std::optional<kshard::SaveInfo> committed;
+    for (int s = 0; s < 100 && !committed; ++s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      committed = first->step(data).committed_save;
+    }
+    if ((!committed || committed->step != 5 || first->save_pending()) && why.empty())
+      why = recipe + ": no step committed the save of step 5";
+    auto from_step = make_trainer(mesh, recipe, 97, other);
+    const auto rs = from_step->resume(dir / recipe / "by_step");
+    if ((!rs || !(from_step->state() == at5)) && why.empty())
+      why = recipe + ": the checkpoint a step committed does not restore step 5";
+  }
+  KSHARD_CHECK_ALL_MSG(why.empty(), why);
+  remove_shared(dir);
+}
+
+// A background write that fails on one rank (disk full, injected) is a
+// kshard::Error on every rank naming that rank and its file: from the next
+// step (which then does nothing) or from wait_for_save. No trace of the
+// failed save remains; the previous checkpoint still resumes.
+BOOST_AUTO_TEST_CASE(async_save_failure_is_an_error_everywhere) {
+  const auto& world = kt::world();
+  const kshard::DeviceMesh mesh(world, {world.size()});
+  const VectorSource data(make_tokens(4000, 10));
+  const fs::path dir = shared_dir("async_fail");
+  auto t = make_trainer(mesh, "fp32", 11, ckpt_options());
+  t->step(data);
+  t->save_async(dir);
+  const kshard::TrainerState at1 = t->state();
+  const int bad = world.size() - 1;
+  const std::string name = "shard-0000" + std::to_string(bad) + ".bin";
+  for (const bool at_step : {true, false}) {
+    t->step(data);
+    const std::int64_t step = t->step_count();
+    {
+      FaultScope disk_full("enospc:" + std::to_string(bad) + ":" + std::to_string(step));
+      t->save_async(dir);  // commits step 1 first (the first time)
+    }
+    std::string what;
+    int error_rank = -1, steps = 0;
+    try {
+      if (at_step) {
+        for (; steps < 200; ++steps) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          t->step(data);
+        }
+      } else {
+        t->wait_for_save();
+      }
+    } catch (const kshard::Error& e) {
+      what = e.what();
+      error_rank = e.rank();
+    }
+    const std::string how = at_step ? "step" : "wait_for_save";
+    KSHARD_CHECK_ALL_MSG(!what.empty(), how << ": no error");
+    KSHARD_CHECK_ALL_MSG(what.find(name) != std::string::npos && what.find("No space") != std::string::npos,
+                         how << ": '" << what << "' does not name " << name);
+    KSHARD_CHECK_ALL_MSG(error_rank == bad, how << ": the error names rank " << error_rank);
+    // The step that threw did nothing: the steps before it ran, that one not.
+    KSHARD_CHECK_ALL(t->step_count() == step + steps && !t->save_pending());
+    KSHARD_CHECK_ALL(!fs::exists(kshard::checkpoint_path(dir, step)));
+    KSHARD_CHECK_ALL(kshard::latest_checkpoint(dir) == kshard::checkpoint_path(dir, 1));
+  }
+  bool no_tmp = true;
+  for (const auto& e : fs::directory_iterator(dir))
+    no_tmp = no_tmp && e.path().filename().string().rfind(".tmp-", 0) != 0;
+  KSHARD_CHECK_ALL(no_tmp);
+  auto u = make_trainer(mesh, "fp32", 12, ckpt_options());
+  const auto ri = u->resume(dir);
+  KSHARD_CHECK_ALL(ri.has_value() && ri->step == 1 && u->state() == at1);
   remove_shared(dir);
 }
 

@@ -46,7 +46,8 @@ Trainer::Trainer(FsdpModel model, TrainerOptions options)
       options_((check_options(options), options)),
       schedule_(options_.schedule),
       scaler_(options_.initial_loss_scale, options_.loss_scale_growth_interval),
-      reducer_(std::make_unique<train_detail::HostReducer>(model_.mesh().world())) {
+      reducer_(std::make_unique<train_detail::HostReducer>(model_.mesh().world())),
+      saver_(std::make_unique<AsyncSaver>()) {
   const DeviceMesh& mesh = model_.mesh();
   adam_ = std::make_unique<FusedAdam>(with_lr(options_.adam, schedule_.at(0)), mesh.shard_comm(),
                                       mesh.world());
@@ -84,8 +85,13 @@ void Trainer::fill_host(const TokenSource& data) {
 }
 
 StepReport Trainer::step(const TokenSource& data) {
+  // A pending asynchronous save is committed here once every rank's write
+  // has ended (collective: every rank steps alike); a failed write throws
+  // before this step changes anything.
+  std::optional<SaveInfo> committed = saver_->poll();
   fill_host(data);
   StepReport r;
+  r.committed_save = std::move(committed);
   r.lr = schedule_.at(step_);
   adam_->set_lr(float(r.lr));
   const bool scaling = model_.recipe().loss_scaling;

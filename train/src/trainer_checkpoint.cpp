@@ -1,5 +1,6 @@
-// Trainer::save / load / resume: the checkpoint library's tensors plus the
-// TrainerState as its JSON user_state (trainer_state_json.hpp).
+// Trainer::save / save_async / load / resume: the checkpoint library's
+// tensors plus the TrainerState as its JSON user_state
+// (trainer_state_json.hpp).
 #include <exception>
 #include <optional>
 #include <string>
@@ -34,10 +35,22 @@ TrainerState state_of(const nlohmann::json& user_state, std::int64_t step, const
 }  // namespace
 
 SaveInfo Trainer::save(const fs::path& dir, const SaveOptions& options) {
+  wait_for_save();
   return save_checkpoint(dir, step_, model_, *adam_, to_json(state()), options);
 }
 
+void Trainer::save_async(const fs::path& dir, const SaveOptions& options) {
+  saver_->start(dir, step_, model_, *adam_, to_json(state()), options);
+}
+
+bool Trainer::save_pending() const noexcept { return saver_->pending(); }
+
+std::optional<SaveInfo> Trainer::wait_for_save() { return saver_->wait(); }
+
 LoadInfo Trainer::load(const fs::path& step_dir) {
+  // A pending save finishes first: the checkpoint asked for may be that one,
+  // and a failure of its write is reported now rather than at a later step.
+  wait_for_save();
   // Check the trainer state before any tensor changes, so that a checkpoint
   // whose state would be refused leaves this trainer as it was. A manifest
   // that does not read is left to load_checkpoint, which says why with the
@@ -83,6 +96,7 @@ LoadInfo Trainer::load(const fs::path& step_dir) {
 }
 
 std::optional<LoadInfo> Trainer::resume(const fs::path& dir) {
+  wait_for_save();  // its checkpoint may be the newest
   std::optional<fs::path> latest;
   std::exception_ptr failure;
   try {

@@ -28,6 +28,10 @@
 // ".tmp-step-N" directory, which no lookup takes for a checkpoint and the next
 // successful save removes.
 //
+// Asynchronous saves (async_save.hpp, kshard::AsyncSaver): the same files,
+// written by a background thread from a host snapshot while training goes
+// on, committed by a later collective call.
+//
 // All functions but latest_checkpoint/list_checkpoints are collective over the
 // model's world: every rank calls them with the same arguments. A problem on
 // any rank (unreadable directory, missing or truncated file, checksum
@@ -65,6 +69,13 @@ struct SaveInfo {
   std::uint64_t bytes_written = 0;  ///< by this rank (its data file)
   std::uint64_t total_bytes = 0;    ///< all data files together
   double seconds = 0;               ///< wall time of the whole save on this rank
+  /// Of `seconds`, the time the caller was blocked in save calls: all of it
+  /// for save_checkpoint; for an AsyncSaver the snapshot, the checks of
+  /// poll() and wait(), and the commit.
+  double blocked_seconds = 0;
+  /// Writing and fsyncing this rank's data file (0: not a writer); on the
+  /// background thread of an AsyncSaver, in the caller's time otherwise.
+  double write_seconds = 0;
 };
 
 struct LoadInfo {

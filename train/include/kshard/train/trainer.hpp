@@ -61,6 +61,16 @@
 //     std::printf("resumed at step %lld\n", (long long)info->step);
 //   trainer.load("run/ckpt/step-0000000100");       // that one
 //
+// save_async() (AsyncSaver, async_save.hpp) blocks only while the state is
+// copied to host memory; a background thread writes this rank's file while
+// training goes on, and the collective commit (manifest, rename to step-N)
+// runs at the start of a later step(), once every rank's write has ended, or
+// in wait_for_save(). A failed write on any rank is a kshard::Error on every
+// rank from that step() or wait_for_save(). save(), load(), resume() and
+// save_async() finish a pending save first; the destructor only waits for
+// the write (no commit, no exception), so call wait_for_save() before the
+// end of a run.
+//
 // A loaded trainer continues bitwise as the saving one would have on the
 // same world size and mesh, given the same TrainerOptions otherwise (batch,
 // accum, AdamW settings and clip are the caller's, not part of the state;
@@ -92,6 +102,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/checkpoint/async_save.hpp"
 #include "kshard/checkpoint/checkpoint.hpp"
 #include "kshard/engine/fsdp/fsdp_model.hpp"
 #include "kshard/engine/fsdp/loss_scaler.hpp"
@@ -134,6 +145,8 @@ struct StepReport {
   float loss_scale = 1.f;    ///< the loss scale this step used (1 without scaling)
   StepResult optimizer;      ///< skipped, grad_norm (NaN when skipped), clip_coef
   int consecutive_skipped = 0;
+  /// The asynchronous save (save_async) this step committed at its start.
+  std::optional<SaveInfo> committed_save;
 };
 
 struct EvalResult {
@@ -176,8 +189,21 @@ class Trainer {
   void restore(const TrainerState& state);
 
   /// Saves model, optimizer and state() as <dir>/step-<step_count()>
-  /// (save_checkpoint; options.keep_last prunes). Collective.
+  /// (save_checkpoint; options.keep_last prunes). A pending asynchronous
+  /// save is finished first (wait_for_save; its SaveInfo is dropped).
+  /// Collective.
   SaveInfo save(const std::filesystem::path& dir, const SaveOptions& options = {});
+  /// The same checkpoint, written asynchronously: returns once the state is
+  /// copied to host memory; committed by a later step() (StepReport::
+  /// committed_save) or wait_for_save(). A pending one is finished first.
+  /// Collective.
+  void save_async(const std::filesystem::path& dir, const SaveOptions& options = {});
+  /// An asynchronous save is written or waiting for its commit. Local.
+  bool save_pending() const noexcept;
+  /// Waits for the pending asynchronous save and commits it (nullopt: none
+  /// pending); a failed write on any rank is a kshard::Error on every rank.
+  /// Collective.
+  std::optional<SaveInfo> wait_for_save();
   /// Loads the checkpoint directory step_dir (a <dir>/step-N) into model,
   /// optimizer and state. Collective.
   LoadInfo load(const std::filesystem::path& step_dir);
@@ -214,6 +240,8 @@ class Trainer {
   // One micro-batch on the device; all of a step's micro-batches on the host.
   Kokkos::View<std::int32_t*> ids_, targets_;
   std::vector<std::int32_t> ids_host_, targets_host_;
+  // The asynchronous save and its host snapshot (kept across saves).
+  std::unique_ptr<AsyncSaver> saver_;
 };
 
 }  // namespace kshard
