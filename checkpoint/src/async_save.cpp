@@ -60,6 +60,10 @@ AsyncSaver::AsyncSaver() : impl_(std::make_unique<Impl>()) {}
 
 AsyncSaver::~AsyncSaver() { impl_->join(); }
 
+void AsyncSaver::reserve(FsdpModel& model, const FusedAdam& optimizer) {
+  if (ckpt::writes_data(model.mesh())) impl_->snapshot.reserve(model, &optimizer);
+}
+
 bool AsyncSaver::pending() const noexcept { return impl_->job.has_value(); }
 
 void AsyncSaver::start(const std::filesystem::path& save_dir, std::int64_t step, FsdpModel& model,

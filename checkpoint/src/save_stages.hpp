@@ -80,6 +80,10 @@ struct LocalWrite {
   double seconds = 0;
 };
 
+/// Whether this rank writes a data file: every rank of a 1-D mesh, under
+/// HSDP only the ranks of replica 0 (the others hold the same shards).
+bool writes_data(const DeviceMesh& mesh);
+
 /// Stage 1. Collective; kshard::Error on every rank when any rank objects.
 SaveJob begin_save(const std::filesystem::path& save_dir, std::int64_t step, FsdpModel& model,
                    const FusedAdam* optimizer, const nlohmann::json& user_state,

@@ -5,12 +5,18 @@
 namespace kshard::ckpt {
 namespace {
 
-/// dst becomes a copy of src, (re)allocated only when its size differs.
+/// dst holds src's size, (re)allocated only when its size differs.
 template <class T, class Src>
-void copy_into(Kokkos::View<T*, compat::StagingSpace>& dst, const Src& src, const char* label) {
+void size_like(Kokkos::View<T*, compat::StagingSpace>& dst, const Src& src, const char* label) {
   if (dst.extent(0) != src.extent(0))
     dst = Kokkos::View<T*, compat::StagingSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), src.extent(0));
+}
+
+/// dst becomes a copy of src.
+template <class T, class Src>
+void copy_into(Kokkos::View<T*, compat::StagingSpace>& dst, const Src& src, const char* label) {
+  size_like(dst, src, label);
   Kokkos::deep_copy(dst, src);
 }
 
@@ -47,6 +53,23 @@ void Snapshot::take(FsdpModel& model, const FusedAdam* opt) {
       copy_into(h.v32, s.exp_avg_sq, "kshard.checkpoint.snapshot.exp_avg_sq");
       h.data[1] = bytes_of(h.m32);
       h.data[2] = bytes_of(h.v32);
+    }
+  }
+}
+
+void Snapshot::reserve(FsdpModel& model, const FusedAdam* opt) {
+  units_.resize(model.num_units());
+  for (std::size_t u = 0; u < model.num_units(); ++u) {
+    Unit& h = units_[u];
+    size_like(h.master, model.group(u).master(), "kshard.checkpoint.snapshot.master");
+    if (!opt) continue;
+    const AdamGroupState& s = opt->state(int(u));
+    if (s.moment_dtype == DType::bf16) {
+      size_like(h.m16, s.exp_avg_bf16, "kshard.checkpoint.snapshot.exp_avg");
+      size_like(h.v16, s.exp_avg_sq_bf16, "kshard.checkpoint.snapshot.exp_avg_sq");
+    } else {
+      size_like(h.m32, s.exp_avg, "kshard.checkpoint.snapshot.exp_avg");
+      size_like(h.v32, s.exp_avg_sq, "kshard.checkpoint.snapshot.exp_avg_sq");
     }
   }
 }

@@ -232,13 +232,15 @@ void agree_or_clean_up(const SaveJob& job, const std::optional<Error>& err) {
 
 }  // namespace
 
+bool writes_data(const DeviceMesh& mesh) { return mesh.ndim() == 1 || mesh.coord(0) == 0; }
+
 SaveJob begin_save(const fs::path& save_dir, std::int64_t step, FsdpModel& model,
                    const FusedAdam* opt, const json& user_state, const SaveOptions& o) {
   const DeviceMesh& mesh = model.mesh();
   SaveJob job;
   job.world = mesh.world();
   job.rank = job.world.rank();
-  job.writer = mesh.ndim() == 1 || mesh.coord(0) == 0;
+  job.writer = writes_data(mesh);
   job.save_dir = save_dir;
   job.step = step;
   job.options = o;

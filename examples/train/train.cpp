@@ -267,6 +267,8 @@ int run(kshard::Session& session, int argc, char** argv) {
   // from step 0 with fresh moments.
   if (!o.init_from.empty()) init_from(built, o.init_from, reducer, root);
   kshard::Trainer trainer(std::move(built), trainer_options(o));
+  // The snapshot's host memory now, not inside the first save.
+  if (o.async_save) trainer.reserve_async_save();
   const kshard::FsdpModel& model = trainer.model();
   const bool loss_scaling = model.recipe().loss_scaling;
 

@@ -25,10 +25,13 @@
 #include <kshard/train/trainer_state_json.hpp>
 
 #include "train_test_util.hpp"
+#include "../checkpoint/fault_scope.hpp"
 
 namespace kt = kshard::testing;
 namespace fs = std::filesystem;
 using namespace train_test;
+using ckpt_test::FaultScope;
+using ckpt_test::file_bytes;
 using nlohmann::json;
 
 namespace {
@@ -329,25 +332,6 @@ BOOST_AUTO_TEST_CASE(bad_trainer_state_is_an_error_everywhere) {
   remove_shared(dir);
 }
 
-namespace {
-
-/// Sets KSHARD_CHECKPOINT_TEST_FAULT for one scope, on every rank (read when
-/// a save starts, never by its writer thread).
-struct FaultScope {
-  explicit FaultScope(const std::string& spec) {
-    ::setenv("KSHARD_CHECKPOINT_TEST_FAULT", spec.c_str(), 1);
-  }
-  ~FaultScope() { ::unsetenv("KSHARD_CHECKPOINT_TEST_FAULT"); }
-};
-
-std::string file_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 // save_async at step 3 (its write kept pending for two steps by a slow
 // writer on the last rank) and save at step 3 write the same bytes;

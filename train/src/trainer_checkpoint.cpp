@@ -43,6 +43,8 @@ void Trainer::save_async(const fs::path& dir, const SaveOptions& options) {
   saver_->start(dir, step_, model_, *adam_, to_json(state()), options);
 }
 
+void Trainer::reserve_async_save() { saver_->reserve(model_, *adam_); }
+
 bool Trainer::save_pending() const noexcept { return saver_->pending(); }
 
 std::optional<SaveInfo> Trainer::wait_for_save() { return saver_->wait(); }

@@ -62,6 +62,7 @@ void causal_softmax_rows(Kokkos::View<T*> prob, std::int64_t nrows, std::int64_t
               if (v > m) m = v;
             },
             Kokkos::Max<A>(mx));
+        team.team_barrier();  // back-to-back team reductions: see layer_norm.cpp
         A sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, n),

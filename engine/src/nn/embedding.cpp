@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kshard/error.hpp"
+#include "kshard/mesh/buffer_pool.hpp"
 
 namespace kshard {
 
@@ -106,15 +107,22 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
 }
 
 std::int64_t count_bad_ids(Kokkos::View<const std::int32_t*> ids, std::int64_t vocab) {
-  std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "kshard::embedding_check_ids",
-      Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(ids.extent(0))),
-      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
-        b += (ids(r) >= 0 && ids(r) < vocab) ? 0 : 1;
-      },
-      bad);
-  return bad;
+  // An atomic count rather than a Kokkos reduction: bad ids are rare, so the
+  // atomics almost never run, and Kokkos 3.4's CUDA reduction exchanges
+  // partial sums in shared memory without warp synchronisation, which
+  // compute-sanitizer's racecheck reports as hazards in every training step.
+  memory::Block block = memory::acquire(sizeof(unsigned long long), "kshard::embedding_bad_ids");
+  const Kokkos::View<unsigned long long, Kokkos::MemoryTraits<Kokkos::Unmanaged>> count(
+      reinterpret_cast<unsigned long long*>(block.data()));
+  Kokkos::deep_copy(count, 0ull);
+  compat::for_each_index(
+      "kshard::embedding_check_ids", static_cast<std::int64_t>(ids.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t r) {
+        if (!(ids(r) >= 0 && ids(r) < vocab)) Kokkos::atomic_increment(&count());
+      });
+  unsigned long long bad = 0;
+  Kokkos::deep_copy(bad, count);  // fences
+  return static_cast<std::int64_t>(bad);
 }
 
 }  // namespace detail::embedding

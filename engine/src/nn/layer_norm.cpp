@@ -34,6 +34,10 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, d), [&](std::int64_t j, A& s) { s += to_accum(xr[j]); },
             sum);
+        // Kokkos 3.4's team reduction hands its result through shared
+        // memory that the next reduction writes again: without a barrier
+        // between them racecheck finds a read-after-write race (H200).
+        team.team_barrier();
         const A mu = sum / A(d);
         // Two passes (mean, then centred squares): no cancellation for large means.
         A sq = 0;
@@ -44,6 +48,7 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
               s += c * c;
             },
             sq);
+        team.team_barrier();
         const A rs = A(1) / compat::sqrt(sq / A(d) + A(eps));
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
           yr[j] = from_accum<T>((to_accum(xr[j]) - mu) * rs * to_accum(gamma(j)) +
@@ -77,12 +82,14 @@ void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vi
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, d),
             [&](std::int64_t j, A& s) { s += to_accum(dy(o + j)) * to_accum(gamma(j)); }, sg);
+        team.team_barrier();  // see forward: the two reductions share scratch
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, d),
             [&](std::int64_t j, A& s) {
               s += to_accum(dy(o + j)) * to_accum(gamma(j)) * (to_accum(x(o + j)) - mu) * rs;
             },
             sgx);
+        team.team_barrier();
         const A a = sg / A(d), b = sgx / A(d);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
           const A xhat = (to_accum(x(o + j)) - mu) * rs;

@@ -65,6 +65,7 @@ void count_targets(Kokkos::View<const Target*> targets, std::int64_t vocab,
             Kokkos::TeamThreadRange(team, rows),
             [&](std::int64_t r, double& c) { c += target_ok(targets(r), vocab) ? 1 : 0; },
             counted);
+        team.team_barrier();  // back-to-back team reductions: see layer_norm.cpp
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, rows),
             [&](std::int64_t r, double& b) {
@@ -114,6 +115,7 @@ void row_losses(const T* logits, std::int64_t rows, std::int64_t vocab,
               if (v > m) m = v;
             },
             Kokkos::Max<A>(mx));
+        team.team_barrier();  // back-to-back team reductions: see layer_norm.cpp
         A sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, vocab),

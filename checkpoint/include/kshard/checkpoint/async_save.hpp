@@ -62,6 +62,12 @@ class AsyncSaver {
              const nlohmann::json& user_state = nlohmann::json::object(),
              const SaveOptions& options = {});
 
+  /// Allocates the host snapshot that start() fills (pinned memory under
+  /// CUDA, slow to allocate), so that no save pays for it. Optional; call
+  /// before training, when the optimizer's state exists. Local: on ranks that
+  /// do not write (HSDP replicas other than 0) it allocates nothing.
+  void reserve(FsdpModel& model, const FusedAdam& optimizer);
+
   /// A save was started and is neither committed nor failed yet. Local; the
   /// same on every rank.
   bool pending() const noexcept;

@@ -13,6 +13,7 @@
 #if defined(KSHARD_HAVE_CUDNN)
 
 #include "flash_attention_cudnn.hpp"
+#include "sanitizer_marks.hpp"
 
 #include <cudnn.h>
 #include <cudnn_frontend.h>
@@ -290,6 +291,15 @@ void cudnn_attention_run(const CudnnAttentionArgs& a, bool backward, cudaStream_
       err.is_bad())
     throw Error(std::string(who) + ": cuDNN execute failed: " + err.get_message(),
                 "the graph that built for this shape to run");
+  // What the graph wrote (sanitizer_marks.hpp): forward O [B*T, d] and the
+  // statistics [B, H, T]; backward dQ, dK, dV, which fill dqkv [B*T, 3d].
+  const std::size_t rows = std::size_t(a.batch * a.seq);
+  if (!backward) {
+    mark_written(stream, a.out, rows * std::size_t(a.d) * esize);
+    mark_written(stream, a.lse, rows * std::size_t(a.heads) * sizeof(float));
+  } else {
+    mark_written(stream, a.out, rows * std::size_t(3 * a.d) * esize);
+  }
 }
 
 void cudnn_attention_release() {

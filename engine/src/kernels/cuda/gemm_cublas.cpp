@@ -15,6 +15,7 @@
 #include "kshard/error.hpp"
 #include "cache_config.hpp"
 #include "cublas_workspace.hpp"
+#include "sanitizer_marks.hpp"
 
 namespace kshard::detail {
 namespace {
@@ -114,6 +115,9 @@ void gemm_backend(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64
                      cuda_type<T>(), static_cast<int>(lda), &beta, c, cuda_type<TC>(),
                      static_cast<int>(ldc), compute_type<T>(), CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
+  // C row-major [m, n], rows ldc apart (see sanitizer_marks.hpp for why).
+  mark_written_rows(Kokkos::DefaultExecutionSpace().cuda_stream(), c, m, std::size_t(n) * sizeof(TC),
+                    std::size_t(ldc) * sizeof(TC));
 }
 
 template <class T>
@@ -130,6 +134,10 @@ void gemm_strided_batched_backend(Trans ta, Trans tb, std::int64_t m, std::int64
             static_cast<long long>(stride_c), static_cast<int>(batch), compute_type<T>(),
             CUBLAS_GEMM_DEFAULT),
         "cublasGemmStridedBatchedEx");
+  const cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
+  for (std::int64_t i = 0; i < batch; ++i)
+    mark_written_rows(stream, c + i * stride_c, m, std::size_t(n) * sizeof(T),
+                      std::size_t(ldc) * sizeof(T));
 }
 
 KSHARD_INSTANTIATE_GEMM_BACKENDS

@@ -30,6 +30,7 @@
 #include "kshard/error.hpp"
 #include "cache_config.hpp"
 #include "cublas_workspace.hpp"
+#include "sanitizer_marks.hpp"
 #include "kshard/numeric/compute.hpp"
 
 namespace kshard::detail {
@@ -217,6 +218,11 @@ bool linear_epilogue_backend(std::int64_t rows, std::int64_t in, std::int64_t ou
                          s.workspace, kCublasWorkspaceBytes,
                          Kokkos::DefaultExecutionSpace().cuda_stream()),
           "cublasLtMatmul");
+    // y [rows, out] and GELU's input [rows, out] (sanitizer_marks.hpp).
+    const cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
+    mark_written(stream, y, std::size_t(rows) * std::size_t(out) * sizeof(T));
+    if (e == LinearEpilogue::bias_gelu)
+      mark_written(stream, pre, std::size_t(rows) * std::size_t(out) * sizeof(T));
     return true;
   }
 }

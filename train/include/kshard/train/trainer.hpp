@@ -198,6 +198,10 @@ class Trainer {
   /// committed_save) or wait_for_save(). A pending one is finished first.
   /// Collective.
   void save_async(const std::filesystem::path& dir, const SaveOptions& options = {});
+  /// Allocates the host memory save_async copies the state into (pinned
+  /// under CUDA, slow to allocate), so that the first save does not stop
+  /// training for it (AsyncSaver::reserve). Optional. Local.
+  void reserve_async_save();
   /// An asynchronous save is written or waiting for its commit. Local.
   bool save_pending() const noexcept;
   /// Waits for the pending asynchronous save and commits it (nullopt: none
