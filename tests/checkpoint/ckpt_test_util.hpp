@@ -79,6 +79,12 @@ inline std::vector<int> launch_mesh(int world_size) {
   return ranks == world_size ? m : std::vector<int>{world_size};
 }
 
+/// This launch's directory for `what` under the data root:
+/// <root>/mesh-<launch mesh>/<what>.
+inline fs::path launch_dir(int world_size, const fs::path& what) {
+  return root() / ("mesh-" + mesh_name(launch_mesh(world_size))) / what;
+}
+
 /// Rank 0 makes an empty directory; every rank waits for it.
 inline void fresh_dir(const fs::path& p, MPI_Comm comm) {
   int rank = 0;

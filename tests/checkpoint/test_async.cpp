@@ -27,7 +27,7 @@ using namespace ckpt_test;
 namespace {
 
 fs::path here(const std::string& what) {
-  return root() / ("mesh-" + mesh_name(launch_mesh(kt::world_size()))) / what;
+  return launch_dir(kt::world_size(), what);
 }
 
 

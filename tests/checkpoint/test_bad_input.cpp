@@ -16,7 +16,7 @@ using namespace ckpt_test;
 namespace {
 
 fs::path here(const std::string& what) {
-  return root() / ("mesh-" + mesh_name(launch_mesh(kt::world_size()))) / "bad" / what;
+  return launch_dir(kt::world_size(), fs::path("bad") / what);
 }
 
 /// A saved good checkpoint and the trainer to load into.
