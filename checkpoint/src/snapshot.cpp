@@ -13,13 +13,6 @@ void size_like(Kokkos::View<T*, compat::StagingSpace>& dst, const Src& src, cons
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), src.extent(0));
 }
 
-/// dst becomes a copy of src.
-template <class T, class Src>
-void copy_into(Kokkos::View<T*, compat::StagingSpace>& dst, const Src& src, const char* label) {
-  size_like(dst, src, label);
-  Kokkos::deep_copy(dst, src);
-}
-
 template <class V>
 const char* bytes_of(const V& v) {
   return reinterpret_cast<const char*>(v.data());
@@ -27,51 +20,44 @@ const char* bytes_of(const V& v) {
 
 }  // namespace
 
+template <class F>
+void Snapshot::each_tensor(FsdpModel& model, const FusedAdam* opt, std::size_t u, F&& f) {
+  Unit& h = units_[u];
+  f(h.master, model.group(u).master(), 0, "kshard.checkpoint.snapshot.master");
+  const bool bf16 = opt && opt->state(int(u)).moment_dtype == DType::bf16;
+  if (!opt || bf16) h.m32 = h.v32 = {};
+  if (!opt || !bf16) h.m16 = h.v16 = {};
+  if (!opt) return;
+  const AdamGroupState& s = opt->state(int(u));
+  if (bf16) {
+    f(h.m16, s.exp_avg_bf16, 1, "kshard.checkpoint.snapshot.exp_avg");
+    f(h.v16, s.exp_avg_sq_bf16, 2, "kshard.checkpoint.snapshot.exp_avg_sq");
+  } else {
+    f(h.m32, s.exp_avg, 1, "kshard.checkpoint.snapshot.exp_avg");
+    f(h.v32, s.exp_avg_sq, 2, "kshard.checkpoint.snapshot.exp_avg_sq");
+  }
+}
+
 void Snapshot::take(FsdpModel& model, const FusedAdam* opt) {
   Kokkos::fence();  // the optimizer's update kernels may still run
   units_.resize(model.num_units());
   for (std::size_t u = 0; u < model.num_units(); ++u) {
     Unit& h = units_[u];
-    copy_into(h.master, model.group(u).master(), "kshard.checkpoint.snapshot.master");
-    h.data[0] = bytes_of(h.master);
-    h.data[1] = h.data[2] = nullptr;
-    if (!opt) {
-      h.m32 = h.v32 = {};
-      h.m16 = h.v16 = {};
-      continue;
-    }
-    const AdamGroupState& s = opt->state(int(u));
-    if (s.moment_dtype == DType::bf16) {
-      h.m32 = h.v32 = {};
-      copy_into(h.m16, s.exp_avg_bf16, "kshard.checkpoint.snapshot.exp_avg");
-      copy_into(h.v16, s.exp_avg_sq_bf16, "kshard.checkpoint.snapshot.exp_avg_sq");
-      h.data[1] = bytes_of(h.m16);
-      h.data[2] = bytes_of(h.v16);
-    } else {
-      h.m16 = h.v16 = {};
-      copy_into(h.m32, s.exp_avg, "kshard.checkpoint.snapshot.exp_avg");
-      copy_into(h.v32, s.exp_avg_sq, "kshard.checkpoint.snapshot.exp_avg_sq");
-      h.data[1] = bytes_of(h.m32);
-      h.data[2] = bytes_of(h.v32);
-    }
+    h.data[0] = h.data[1] = h.data[2] = nullptr;
+    each_tensor(model, opt, u, [&](auto& dst, const auto& src, int kind, const char* label) {
+      size_like(dst, src, label);
+      Kokkos::deep_copy(dst, src);
+      h.data[kind] = bytes_of(dst);
+    });
   }
 }
 
 void Snapshot::reserve(FsdpModel& model, const FusedAdam* opt) {
   units_.resize(model.num_units());
-  for (std::size_t u = 0; u < model.num_units(); ++u) {
-    Unit& h = units_[u];
-    size_like(h.master, model.group(u).master(), "kshard.checkpoint.snapshot.master");
-    if (!opt) continue;
-    const AdamGroupState& s = opt->state(int(u));
-    if (s.moment_dtype == DType::bf16) {
-      size_like(h.m16, s.exp_avg_bf16, "kshard.checkpoint.snapshot.exp_avg");
-      size_like(h.v16, s.exp_avg_sq_bf16, "kshard.checkpoint.snapshot.exp_avg_sq");
-    } else {
-      size_like(h.m32, s.exp_avg, "kshard.checkpoint.snapshot.exp_avg");
-      size_like(h.v32, s.exp_avg_sq, "kshard.checkpoint.snapshot.exp_avg_sq");
-    }
-  }
+  for (std::size_t u = 0; u < model.num_units(); ++u)
+    each_tensor(model, opt, u, [](auto& dst, const auto& src, int, const char* label) {
+      size_like(dst, src, label);
+    });
 }
 
 const char* Snapshot::tensor(std::size_t unit, int kind) { return units_.at(unit).data[kind]; }

@@ -43,6 +43,11 @@ class Snapshot final : public HostShards {
     HostView<bfloat16_t> m16, v16;
     const char* data[3] = {nullptr, nullptr, nullptr};
   };
+  /// Calls f(dst, src, kind, label) for each tensor unit u keeps: the master
+  /// (kind 0) and, with opt, both moments (kinds 1, 2) in the optimizer's
+  /// dtype; the views of what it does not keep are released.
+  template <class F>
+  void each_tensor(FsdpModel& model, const FusedAdam* opt, std::size_t u, F&& f);
   std::vector<Unit> units_;
 };
 
