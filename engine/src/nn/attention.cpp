@@ -55,18 +55,16 @@ void causal_softmax_rows(Kokkos::View<T*> prob, std::int64_t nrows, std::int64_t
         const std::int64_t n = r % seq + 1;  // query position i sees keys 0..i
         T* p = prob.data() + r * seq;
         A mx = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n),
+        compat::team_reduce(
+            team, n,
             [&](std::int64_t j, A& m) {
               const A v = to_accum(p[j]);
               if (v > m) m = v;
             },
             Kokkos::Max<A>(mx));
-        team.team_barrier();  // back-to-back team reductions: see layer_norm.cpp
         A sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n),
-            [&](std::int64_t j, A& s) { s += compat::exp(to_accum(p[j]) - mx); }, sum);
+        compat::team_reduce(
+            team, n, [&](std::int64_t j, A& s) { s += compat::exp(to_accum(p[j]) - mx); }, sum);
         const A inv = A(1) / sum;
         // exp is recomputed rather than stored before the sum, so 16-bit T
         // rounds each probability once.
@@ -90,9 +88,8 @@ void causal_softmax_backward_rows(Kokkos::View<const T*> prob, Kokkos::View<T*> 
         const T* p = prob.data() + r * seq;
         T* dp = dprob.data() + r * seq;
         A dot = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n),
-            [&](std::int64_t j, A& s) { s += to_accum(p[j]) * to_accum(dp[j]); }, dot);
+        compat::team_reduce(
+            team, n, [&](std::int64_t j, A& s) { s += to_accum(p[j]) * to_accum(dp[j]); }, dot);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](std::int64_t j) {
           dp[j] = j < n ? from_accum<T>(to_accum(p[j]) * (to_accum(dp[j]) - dot))
                         : from_accum<T>(A(0));

@@ -118,7 +118,7 @@ std::int64_t count_bad_ids(Kokkos::View<const std::int32_t*> ids, std::int64_t v
   compat::for_each_index(
       "kshard::embedding_check_ids", static_cast<std::int64_t>(ids.extent(0)),
       KOKKOS_LAMBDA(std::int64_t r) {
-        if (!(ids(r) >= 0 && ids(r) < vocab)) Kokkos::atomic_increment(&count());
+        if (!(ids(r) >= 0 && ids(r) < vocab)) Kokkos::atomic_add(&count(), 1ull);
       });
   unsigned long long bad = 0;
   Kokkos::deep_copy(bad, count);  // fences

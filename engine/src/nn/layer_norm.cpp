@@ -31,24 +31,18 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
         const T* xr = x.data() + r * d;
         T* yr = y.data() + r * d;
         A sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](std::int64_t j, A& s) { s += to_accum(xr[j]); },
-            sum);
-        // Kokkos 3.4's team reduction hands its result through shared
-        // memory that the next reduction writes again: without a barrier
-        // between them racecheck finds a read-after-write race (H200).
-        team.team_barrier();
+        compat::team_reduce(
+            team, d, [&](std::int64_t j, A& s) { s += to_accum(xr[j]); }, sum);
         const A mu = sum / A(d);
         // Two passes (mean, then centred squares): no cancellation for large means.
         A sq = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
+        compat::team_reduce(
+            team, d,
             [&](std::int64_t j, A& s) {
               const A c = to_accum(xr[j]) - mu;
               s += c * c;
             },
             sq);
-        team.team_barrier();
         const A rs = A(1) / compat::sqrt(sq / A(d) + A(eps));
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
           yr[j] = from_accum<T>((to_accum(xr[j]) - mu) * rs * to_accum(gamma(j)) +
@@ -79,17 +73,15 @@ void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vi
         const std::int64_t o = r * d;
         const A mu = mean(r), rs = rstd(r);
         A sg = 0, sgx = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
+        compat::team_reduce(
+            team, d,
             [&](std::int64_t j, A& s) { s += to_accum(dy(o + j)) * to_accum(gamma(j)); }, sg);
-        team.team_barrier();  // see forward: the two reductions share scratch
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
+        compat::team_reduce(
+            team, d,
             [&](std::int64_t j, A& s) {
               s += to_accum(dy(o + j)) * to_accum(gamma(j)) * (to_accum(x(o + j)) - mu) * rs;
             },
             sgx);
-        team.team_barrier();
         const A a = sg / A(d), b = sgx / A(d);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](std::int64_t j) {
           const A xhat = (to_accum(x(o + j)) - mu) * rs;

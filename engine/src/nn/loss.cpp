@@ -61,13 +61,12 @@ void count_targets(Kokkos::View<const Target*> targets, std::int64_t vocab,
   Kokkos::parallel_for(
       "kshard::cross_entropy_count", one_team(), KOKKOS_LAMBDA(const Team& team) {
         double counted = 0, bad = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, rows),
+        compat::team_reduce(
+            team, rows,
             [&](std::int64_t r, double& c) { c += target_ok(targets(r), vocab) ? 1 : 0; },
             counted);
-        team.team_barrier();  // back-to-back team reductions: see layer_norm.cpp
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, rows),
+        compat::team_reduce(
+            team, rows,
             [&](std::int64_t r, double& b) {
               b += (targets(r) >= Target(0) && !target_ok(targets(r), vocab)) ? 1 : 0;
             },
@@ -108,18 +107,16 @@ void row_losses(const T* logits, std::int64_t rows, std::int64_t vocab,
         const A g = static_cast<A>(grad_scale / counted);
         const std::int64_t t = static_cast<std::int64_t>(tt);
         A mx = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, vocab),
+        compat::team_reduce(
+            team, vocab,
             [&](std::int64_t j, A& m) {
               const A v = to_accum(l[j]);
               if (v > m) m = v;
             },
             Kokkos::Max<A>(mx));
-        team.team_barrier();  // back-to-back team reductions: see layer_norm.cpp
         A sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, vocab),
-            [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
+        compat::team_reduce(
+            team, vocab, [&](std::int64_t j, A& s) { s += compat::exp(to_accum(l[j]) - mx); }, sum);
         const A lse = mx + compat::log(sum);
         const A lt = to_accum(l[t]);
         team.team_barrier();
@@ -137,9 +134,8 @@ void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> resul
   Kokkos::parallel_for(
       "kshard::cross_entropy_total", one_team(), KOKKOS_LAMBDA(const Team& team) {
         double total = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, rows),
-            [&](std::int64_t r, double& s) { s += row_loss(r); }, total);
+        compat::team_reduce(
+            team, rows, [&](std::int64_t r, double& s) { s += row_loss(r); }, total);
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           result(0) = result(1) > 0 ? total / result(1) : 0.0;
         });

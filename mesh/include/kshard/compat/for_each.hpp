@@ -39,6 +39,18 @@ inline Kokkos::TeamPolicy<> row_team_policy(std::int64_t rows) {
 #endif
 }
 
+/// A reduction over the team's threads (f(j, acc) for j in [0, n) into
+/// `result`, a value or a Kokkos reducer), then a team barrier: every row
+/// kernel's team reductions go through here. Kokkos 3.4's CUDA team
+/// reduction hands its result through shared memory that the next team
+/// reduction writes again, so two back-to-back reductions race without a
+/// barrier between them (compute-sanitizer racecheck on the H200, LayerNorm).
+template <class Team, class F, class R>
+KOKKOS_INLINE_FUNCTION void team_reduce(const Team& team, std::int64_t n, const F& f, R&& result) {
+  Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, n), f, static_cast<R&&>(result));
+  team.team_barrier();
+}
+
 /// f(i) for i in [0, n), on the default execution space.
 template <class F>
 void for_each_index(const char* label, std::int64_t n, const F& f) {
