@@ -102,8 +102,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "device mesh: N (1-D, FSDP) or RxS (HSDP: replicate x shard); product = world size "
      "(default: 1-D over all ranks)")
     ("recipe", po::value<std::string>(&o.recipe)->default_value(o.recipe),
-     "mixed precision: fp32, bf16, fp16 (dynamic loss scaling) or fp8; sets the compute dtype "
-     "(f32, bf16, f16, bf16)")
+     "mixed precision: fp32, bf16, fp16 (dynamic loss scaling), fp8 (fp8 all-gather, bf16 "
+     "compute) or fp8-current (bf16 all-gather, Linear GEMMs on fp8 tensor cores with "
+     "per-tensor current scaling; GPUs of compute capability 8.9+)")
     ("tf32", po::bool_switch(&o.tf32), "let f32 GEMMs use TF32 tensor cores (CUDA; off by default)")
     ("keep-low-precision-shard", po::bool_switch(&o.keep_lp_shard),
      "bf16/fp16: keep a 16-bit copy of each shard, written by the optimizer (2 B/param more, "
@@ -274,8 +275,10 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     throw OptionError(std::string(o.save_dir.empty() ? "--export" : "--save-dir") +
                       " with --eval-only; expected --eval-only alone (it trains nothing, so it "
                       "saves nothing: evaluate a checkpoint with --init-from)");
-  if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8")
-    throw OptionError("--recipe '" + o.recipe + "' is unknown; expected one of fp32, bf16, fp16, fp8");
+  if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8" &&
+      o.recipe != "fp8-current")
+    throw OptionError("--recipe '" + o.recipe +
+                      "' is unknown; expected one of fp32, bf16, fp16, fp8, fp8-current");
   if (o.attention != "auto" && o.attention != "fused" && o.attention != "unfused" &&
       o.attention != "recompute")
     throw OptionError("--attention '" + o.attention +

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kshard/engine/kernels/cast.hpp"
+#include "kshard/engine/kernels/fp8_gemm.hpp"
 #include "kshard/engine/nn/chunked_cross_entropy.hpp"
 #include "kshard/engine/nn/embedding.hpp"
 #include "kshard/engine/nn/loss.hpp"
@@ -53,6 +54,9 @@ class FsdpCoreBase {
   virtual double ce_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                              Kokkos::View<const std::int32_t*> targets, double scale,
                              bool sync) = 0;
+  // fp8 products for every layer but a final Linear (the LM head stays bf16,
+  // as TransformerEngine models keep their output projection out of fp8).
+  virtual void set_fp8_policy(const Fp8Policy& policy) = 0;
 };
 
 template <class T>
@@ -69,6 +73,11 @@ class FsdpCore final : public FsdpCoreBase {
 
   std::size_t size() const override { return layers_.size(); }
   const LayerKindInfo& info(std::size_t i) const override { return info_.at(i); }
+  void set_fp8_policy(const Fp8Policy& policy) override {
+    const bool head = !layers_.empty() && layers_.back()->kind() == "Linear";
+    for (std::size_t i = 0; i < layers_.size() - (head ? 1 : 0); ++i)
+      layers_[i]->set_fp8_policy(policy);
+  }
 
   void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                         Kokkos::View<const float*> x, ActShape shape, bool defer_head) override {
@@ -329,6 +338,15 @@ FsdpModel::FsdpModel(const DeviceMesh& mesh, const std::vector<LayerDef>& layers
     default:
       throw Error(std::string("recipe compute dtype ") + dtype_name(recipe_.compute_dtype),
                   "f32, bf16 or f16");
+  }
+  if (recipe_.fp8_compute.enabled()) {
+    std::string why;
+    if (!fp8_gemm_available(&why))
+      throw Error("recipe '" + recipe_.name + "' on " + why,
+                  "a GPU with fp8 tensor cores (compute capability 8.9+: Ada, Hopper, "
+                  "Blackwell) for the fp8 compute recipes, or recipe fp32, bf16, fp16 or fp8 "
+                  "(fp8 all-gather, bf16 compute), which run on any GPU");
+    core_->set_fp8_policy(recipe_.fp8_compute);
   }
   build_groups();
 }

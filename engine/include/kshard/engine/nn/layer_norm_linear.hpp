@@ -29,6 +29,9 @@ class LayerNormLinear final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  void set_fp8_policy(const Fp8Policy& p) override {
+    fc_.set_fp8_policy(p);
+  }
   bool rows_independent() const override { return true; }
 
  private:

@@ -7,9 +7,14 @@
 //   fc.forward(x, {batch, seq, 512}, params, y);  // y: [batch*seq, 2048]
 //
 // Backward: dx = dy W, dW += dy^T x, db += column sums of dy: three GEMMs.
+#include <memory>
+
 #include "kshard/engine/nn/layer.hpp"
 
 namespace kshard {
+namespace detail {
+class Fp8Linear;
+}
 
 template <class T>
 class Linear final : public Layer<T> {
@@ -18,6 +23,7 @@ class Linear final : public Layer<T> {
   using typename Layer<T>::GradViews;
 
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
+  ~Linear() override;
 
   std::string kind() const override { return "Linear"; }
   std::vector<ParamSpec> param_specs() const override;
@@ -31,6 +37,9 @@ class Linear final : public Layer<T> {
                 Kokkos::View<T*> dx) override;
   void release() override;
   bool rows_independent() const override { return true; }
+  /// fp8 products (nn/fp8_policy.hpp) for bf16 T; other T ignore the policy
+  /// (their recipes have no fp8 compute).
+  void set_fp8_policy(const Fp8Policy& policy) override;
   /// forward, then GELU (tanh): pre = x W^T + b (kept by the caller for
   /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T or f32 one
   /// cuBLASLt call (bias and GELU in the GEMM's epilogue); elsewhere the GEMM
@@ -53,6 +62,8 @@ class Linear final : public Layer<T> {
   ActShape shape_{};
   Kokkos::View<const T*> x_;  // handle to the forward input
   Kokkos::View<T*> ones_;     // for the bias gradient GEMM
+  std::unique_ptr<detail::Fp8Linear> fp8_;  // set by an fp8 policy (bf16 T only)
+  bool fp8_forward_ = false;                // the saved forward ran in fp8
 };
 
 #define KSHARD_LINEAR_EXTERN(T) extern template class Linear<T>;

@@ -39,6 +39,10 @@ class TransformerLayer final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  void set_fp8_policy(const Fp8Policy& p) override {
+    attn_.set_fp8_policy(p);
+    mlp_.set_fp8_policy(p);
+  }
 
  private:
   std::int64_t d_;

@@ -1,0 +1,167 @@
+#include "kshard/engine/kernels/fp8_tensor.hpp"
+
+#include <string>
+
+#include "kshard/error.hpp"
+#include "kshard/numeric/convert.hpp"
+#include "fp8_scaling.hpp"
+
+namespace kshard {
+namespace {
+
+using Member = Kokkos::TeamPolicy<>::member_type;
+
+// Team shape: explicit on CUDA (Kokkos 3.4's AUTO picks 64-thread teams on
+// sm_90, compat/for_each.hpp), AUTO elsewhere so host kernels keep theirs.
+Kokkos::TeamPolicy<> teams(std::int64_t league) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::TeamPolicy<>(static_cast<int>(league), 256);
+#else
+  return Kokkos::TeamPolicy<>(static_cast<int>(league), Kokkos::AUTO);
+#endif
+}
+
+// Non-negative floats order like their bit patterns, so an amax can be
+// max-folded with an integer atomic (exact, and native on every backend).
+KOKKOS_INLINE_FUNCTION void fold_amax(float* amax, float v) {
+  Kokkos::atomic_fetch_max(reinterpret_cast<unsigned int*>(amax),
+                           static_cast<unsigned int>(numeric_detail::float_bits(v)));
+}
+
+constexpr std::int64_t kAmaxChunk = 256 * 16;  // elements per team
+
+// Tiles of the cast: kTile x kTile elements staged in team scratch so the
+// transposed copy is written along its own rows.
+constexpr int kTile = 64;
+constexpr int kTilePad = kTile + 1;  // no shared-memory bank conflicts on the column walk
+
+template <class Fp8>
+struct CastTiles {
+  Kokkos::View<const bfloat16_t*> x;
+  Kokkos::View<Fp8*> q, qt;
+  float* scale;  // [0] scale_inv, [1] amax
+  std::int64_t rows, cols, tiles_c;
+  bool from_amax, write_q, write_qt;
+
+  using Scratch = Kokkos::View<float**, Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  static std::size_t scratch_bytes() { return Scratch::shmem_size(kTile, kTilePad); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
+    const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
+    Scratch tile(team.team_scratch(0), kTile, kTilePad);
+    float inv;
+    if (from_amax) {
+      const int k = detail::fp8_scale_exponent<Fp8>(scale[1]);
+      inv = detail::fp8_pow2(-k);
+      if (team.league_rank() == 0)
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { scale[0] = detail::fp8_pow2(k); });
+    } else {
+      inv = 1.0f / scale[0];  // exact: a power of two
+    }
+    float local = 0.0f;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, kTile * kTile),
+        [&](const int i, float& m) {
+          const int r = i / kTile, c = i % kTile;
+          const std::int64_t gr = r0 + r, gc = c0 + c;
+          float v = 0.0f;
+          if (gr < rows && gc < cols) {
+            v = to_float(x(gr * cols + gc));
+            if (write_q) q(gr * cols + gc) = detail::fp8_encode_scaled<Fp8>(v, inv);
+          }
+          tile(r, c) = v;
+          const float a = detail::fp8_amax_term(v);
+          if (a > m) m = a;
+        },
+        Kokkos::Max<float>(local));
+    team.team_barrier();
+    if (write_qt) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kTile), [&](const int i) {
+        const int c = i / kTile, r = i % kTile;  // qt row c0 + c, column r0 + r
+        const std::int64_t gr = r0 + r, gc = c0 + c;
+        if (gr < rows && gc < cols)
+          qt(gc * rows + gr) = detail::fp8_encode_scaled<Fp8>(tile(r, c), inv);
+      });
+    }
+    if (!from_amax && local > 0.0f)
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
+  }
+};
+
+template <class Fp8>
+void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<Fp8*> q, Kokkos::View<Fp8*> qt) {
+  const std::string who = std::string("fp8_cast (") + detail::Fp8Traits<Fp8>::name + ")";
+  if (rows < 0 || cols < 0 || std::int64_t(x.extent(0)) != rows * cols)
+    throw Error(who + ": x of " + std::to_string(x.extent(0)) + " elements for [" +
+                    std::to_string(rows) + ", " + std::to_string(cols) + "]",
+                "x with rows x cols elements");
+  const bool write_q = q.extent(0) != 0, write_qt = qt.extent(0) != 0;
+  if (!write_q && !write_qt)
+    throw Error(who + " with no output", "q [rows, cols] and/or qt [cols, rows]");
+  for (auto [name, n] : {std::pair<const char*, std::size_t>{"q", q.extent(0)}, {"qt", qt.extent(0)}})
+    if (n != 0 && std::int64_t(n) != rows * cols)
+      throw Error(who + ": " + name + " of " + std::to_string(n) + " elements",
+                  std::to_string(rows * cols) + " (rows x cols) or 0 (not written)");
+  if (rows * cols == 0) return;
+  const std::int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
+  CastTiles<Fp8> f{x, q, qt, scale.values().data(), rows, cols, tiles_c,
+                   from == Fp8ScaleFrom::amax, write_q, write_qt};
+  Kokkos::parallel_for(
+      std::string("kshard::fp8_cast_") + detail::Fp8Traits<Fp8>::name,
+      teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
+      f);
+}
+
+}  // namespace
+
+Fp8Scale::Fp8Scale(const char* label) : v_(std::string(label), 2) {
+  Kokkos::deep_copy(Kokkos::subview(v_, 0), 1.0f);
+}
+
+float Fp8Scale::scale_inv_host() const {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v_);
+  return h(0);
+}
+float Fp8Scale::amax_host() const {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v_);
+  return h(1);
+}
+
+void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
+  float* s = scale.values().data();
+  const std::int64_t n = std::int64_t(x.extent(0));
+  Kokkos::parallel_for(
+      "kshard::fp8_amax_reset", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) { s[1] = 0.0f; });
+  if (n == 0) return;
+  const std::int64_t league = (n + kAmaxChunk - 1) / kAmaxChunk;
+  Kokkos::parallel_for(
+      "kshard::fp8_amax", teams(league), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t base = std::int64_t(team.league_rank()) * kAmaxChunk;
+        const std::int64_t len = base + kAmaxChunk < n ? kAmaxChunk : n - base;
+        float local = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, len),
+            [&](const std::int64_t i, float& m) {
+              const float a = detail::fp8_amax_term(to_float(x(base + i)));
+              if (a > m) m = a;
+            },
+            Kokkos::Max<float>(local));
+        if (local > 0.0f) Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(s + 1, local); });
+      });
+}
+
+void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+              Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e4m3_t*> q,
+              Kokkos::View<float8_e4m3_t*> qt) {
+  cast_impl<float8_e4m3_t>(x, rows, cols, scale, from, q, qt);
+}
+void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+              Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
+              Kokkos::View<float8_e5m2_t*> qt) {
+  cast_impl<float8_e5m2_t>(x, rows, cols, scale, from, q, qt);
+}
+
+}  // namespace kshard
