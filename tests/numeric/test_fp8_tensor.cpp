@@ -161,6 +161,84 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(given_scale_saturates_and_folds_amax, Fp8, Fp8Type
   BOOST_TEST(double(s.amax_host()) == amax);
 }
 
+BOOST_AUTO_TEST_CASE(amax_history_sets_delayed_scales) {
+  // Three tensors (E4M3, E5M2, E4M3), history length 3, both algorithms,
+  // against a host model of the history: each step casts one tensor of
+  // amax a(t, step) with the scale the history set, then update().
+  const std::int64_t rows = 16, cols = 16;
+  const double amaxes[5][3] = {{1.0, 3e-3, 0.0}, {40.0, 1e-3, 0.0}, {2.0, 2e-2, 5.0},
+                               {0.5, 1e-3, 0.0}, {0.25, 1e-4, 0.0}};
+  for (auto algo : {kshard::Fp8AmaxAlgo::max, kshard::Fp8AmaxAlgo::most_recent}) {
+    kshard::Fp8Scale a("a", kshard::Fp8Format::e4m3), b("b", kshard::Fp8Format::e5m2),
+        c("c", kshard::Fp8Format::e4m3);
+    kshard::Fp8Scale* all[] = {&a, &b, &c};
+    kshard::Fp8AmaxHistory h({&a, &b, &c}, 3, algo);
+    std::vector<std::vector<double>> hist(3);
+    const double fmax[3] = {448.0, 57344.0, 448.0};
+    Checker chk(std::string("amax history, ") +
+                (algo == kshard::Fp8AmaxAlgo::max ? "max" : "most_recent"));
+    for (int step = 0; step < 5; ++step) {
+      for (int t = 0; t < 3; ++t) {
+        // expected scale in effect for this step
+        double ref = 0;
+        if (!hist[t].empty()) {
+          if (algo == kshard::Fp8AmaxAlgo::max)
+            for (double v : hist[t]) ref = std::max(ref, v);
+          else
+            ref = hist[t].back();
+        }
+        const float want = float(ref_scale(ref, fmax[t]));
+        const float got = all[t]->scale_inv_host();
+        chk.check(got == want, [&] {
+          return "step " + std::to_string(step) + " tensor " + std::to_string(t) + ": scale " +
+                 show(got) + ", want " + show(want);
+        });
+        if (amaxes[step][t] > 0) {
+          std::vector<float> xs(std::size_t(rows * cols), 0.0f);
+          xs[7] = float(-amaxes[step][t]);  // bf16-exact magnitudes
+          xs[8] = float(amaxes[step][t] / 2);
+          if (t == 1) {
+            Kokkos::View<kshard::float8_e5m2_t*> q("q", xs.size()), none;
+            kshard::fp8_cast(upload(xs), rows, cols, *all[t], kshard::Fp8ScaleFrom::scale, q, none);
+          } else {
+            Kokkos::View<kshard::float8_e4m3_t*> q("q", xs.size()), none;
+            kshard::fp8_cast(upload(xs), rows, cols, *all[t], kshard::Fp8ScaleFrom::scale, q, none);
+          }
+        }
+        hist[t].push_back(double(kshard::to_float(kshard::from_float<bfloat16_t>(float(amaxes[step][t])))));
+        if (hist[t].size() > 3) hist[t].erase(hist[t].begin());
+      }
+      h.update();
+      for (int t = 0; t < 3; ++t)
+        chk.check(all[t]->amax_host() == 0.0f, [&] { return "amax not reset by update()"; });
+    }
+    chk.report();
+    // state() round trip: a fresh set with the saved state scales identically.
+    const std::vector<float> st = h.state();
+    BOOST_TEST(st.size() == 3 * 3 + 3 * 3 + 2u);
+    BOOST_TEST(a.calibrated());
+    kshard::Fp8Scale a2("a", kshard::Fp8Format::e4m3), b2("b", kshard::Fp8Format::e5m2),
+        c2("c", kshard::Fp8Format::e4m3);
+    kshard::Fp8AmaxHistory h2({&a2, &b2, &c2}, 3, algo);
+    BOOST_TEST(!a2.calibrated());
+    h2.set_state(st);
+    BOOST_TEST(h2.state() == st);
+    BOOST_TEST(a2.calibrated());
+    BOOST_TEST(b2.scale_inv_host() == b.scale_inv_host());
+    h.update();
+    h2.update();
+    BOOST_TEST(h2.state() == h.state());
+    std::vector<float> bad = st;
+    bad.pop_back();
+    BOOST_CHECK_THROW(h2.set_state(bad), kshard::Error);
+    bad = st;
+    bad[bad.size() - 2] = 3.0f;  // position out of range
+    BOOST_CHECK_THROW(h2.set_state(bad), kshard::Error);
+  }
+  kshard::Fp8Scale x;
+  BOOST_CHECK_THROW(kshard::Fp8AmaxHistory({&x}, 0, kshard::Fp8AmaxAlgo::max), kshard::Error);
+}
+
 BOOST_AUTO_TEST_CASE(bad_sizes_throw) {
   kshard::Fp8Scale s;
   Kokkos::View<bfloat16_t*> x("x", 12);

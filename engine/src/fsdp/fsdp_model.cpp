@@ -57,6 +57,7 @@ class FsdpCoreBase {
   // fp8 products for every layer but a final Linear (the LM head stays bf16,
   // as TransformerEngine models keep their output projection out of fp8).
   virtual void set_fp8_policy(const Fp8Policy& policy) = 0;
+  virtual void fp8_scales(std::vector<Fp8Scale*>& out) = 0;
 };
 
 template <class T>
@@ -77,6 +78,9 @@ class FsdpCore final : public FsdpCoreBase {
     const bool head = !layers_.empty() && layers_.back()->kind() == "Linear";
     for (std::size_t i = 0; i < layers_.size() - (head ? 1 : 0); ++i)
       layers_[i]->set_fp8_policy(policy);
+  }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override {
+    for (auto& l : layers_) l->fp8_scales(out);
   }
 
   void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
@@ -347,6 +351,12 @@ FsdpModel::FsdpModel(const DeviceMesh& mesh, const std::vector<LayerDef>& layers
                   "Blackwell) for the fp8 compute recipes, or recipe fp32, bf16, fp16 or fp8 "
                   "(fp8 all-gather, bf16 compute), which run on any GPU");
     core_->set_fp8_policy(recipe_.fp8_compute);
+    if (recipe_.fp8_compute.scaling == Fp8Scaling::delayed) {
+      std::vector<Fp8Scale*> scales;
+      core_->fp8_scales(scales);
+      fp8_history_ = std::make_unique<Fp8AmaxHistory>(
+          scales, recipe_.fp8_compute.amax_history_len, recipe_.fp8_compute.amax_algo);
+    }
   }
   build_groups();
 }
@@ -455,6 +465,27 @@ GradShardStats FsdpModel::local_grad_stats() const {
 void FsdpModel::after_optimizer_step() {
   for (auto& g : groups_)
     if (!g.model_param().data) g.refresh_low_precision();
+  if (fp8_history_) {
+    // One all-reduce of every tensor's scaling values: the amaxes become the
+    // max over all ranks (each saw its own activations and gradients), the
+    // scales are equal everywhere already.
+    mesh_.world().all_reduce(fp8_history_->amax_and_scales(), ReduceOp::max);
+    fp8_history_->update();
+  }
+}
+
+std::vector<float> FsdpModel::fp8_state() const {
+  return fp8_history_ ? fp8_history_->state() : std::vector<float>{};
+}
+
+void FsdpModel::set_fp8_state(const std::vector<float>& state) {
+  if (!fp8_history_) {
+    if (state.empty()) return;
+    throw Error("fp8 scaling state of " + std::to_string(state.size()) + " values for recipe '" +
+                    recipe_.name + "'",
+                "no state (only delayed-scaling recipes keep one)");
+  }
+  fp8_history_->set_state(state);
 }
 
 std::int64_t FsdpModel::num_parameters() const {

@@ -53,7 +53,7 @@ struct CastTiles {
     Scratch tile(team.team_scratch(0), kTile, kTilePad);
     float inv;
     if (from_amax) {
-      const int k = detail::fp8_scale_exponent<Fp8>(scale[1]);
+      const int k = detail::fp8_scale_exponent<Fp8>(scale[2]);
       inv = detail::fp8_pow2(-k);
       if (team.league_rank() == 0)
         Kokkos::single(Kokkos::PerTeam(team), [&]() { scale[0] = detail::fp8_pow2(k); });
@@ -117,8 +117,95 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
 
 }  // namespace
 
-Fp8Scale::Fp8Scale(const char* label) : v_(std::string(label), 2) {
+Fp8Scale::Fp8Scale(const char* label, Fp8Format format)
+    : v_(std::string(label), kFp8ScaleFloats), format_(format) {
   Kokkos::deep_copy(Kokkos::subview(v_, 0), 1.0f);
+}
+
+void Fp8Scale::bind(Kokkos::View<float*> slot) {
+  if (slot.extent(0) != kFp8ScaleFloats)
+    throw Error("Fp8Scale::bind to " + std::to_string(slot.extent(0)) + " floats",
+                std::to_string(kFp8ScaleFloats) + " floats");
+  Kokkos::deep_copy(slot, v_);
+  v_ = slot;
+}
+
+Fp8AmaxHistory::Fp8AmaxHistory(const std::vector<Fp8Scale*>& scales, int length, Fp8AmaxAlgo algo)
+    : scales_(scales), length_(length), algo_(algo) {
+  if (length < 1)
+    throw Error("amax history of length " + std::to_string(length), "a length >= 1");
+  const std::size_t n = scales.size();
+  constexpr std::size_t w = kFp8ScaleFloats;
+  values_ = Kokkos::View<float*>("kshard::Fp8AmaxHistory::values", w * n);
+  history_ = Kokkos::View<float*>("kshard::Fp8AmaxHistory::history", n * std::size_t(length));
+  is_e5m2_ = Kokkos::View<std::uint8_t*>("kshard::Fp8AmaxHistory::is_e5m2", n);
+  auto h = Kokkos::create_mirror_view(is_e5m2_);
+  for (std::size_t t = 0; t < n; ++t) {
+    formats_.push_back(scales[t]->format());
+    h(t) = scales[t]->format() == Fp8Format::e5m2 ? 1 : 0;
+    scales[t]->bind(Kokkos::subview(values_, std::make_pair(w * t, w * t + w)));
+  }
+  Kokkos::deep_copy(is_e5m2_, h);
+}
+
+void Fp8AmaxHistory::update() {
+  const std::int64_t n = std::int64_t(size()), len = length_, pos = pos_;
+  const bool use_max = algo_ == Fp8AmaxAlgo::max;
+  auto values = values_;
+  auto history = history_;
+  auto e5 = is_e5m2_;
+  if (n > 0)
+    Kokkos::parallel_for(
+        "kshard::fp8_amax_history_update", Kokkos::RangePolicy<>(0, n),
+        KOKKOS_LAMBDA(const std::int64_t t) {
+          float* h = history.data() + t * len;
+          constexpr std::int64_t w = kFp8ScaleFloats;
+          const float a = values(w * t + 1);
+          h[pos] = a;
+          values(w * t + 1) = 0.0f;
+          float ref = a;
+          if (use_max)
+            for (std::int64_t i = 0; i < len; ++i) ref = h[i] > ref ? h[i] : ref;
+          const int k = e5(t) ? detail::fp8_scale_exponent<float8_e5m2_t>(ref)
+                              : detail::fp8_scale_exponent<float8_e4m3_t>(ref);
+          values(w * t) = detail::fp8_pow2(k);
+        });
+  pos_ = (pos_ + 1) % length_;
+  updated_ = true;
+  for (Fp8Scale* s : scales_) s->set_calibrated(true);
+}
+
+std::vector<float> Fp8AmaxHistory::state() const {
+  auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values_);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), history_);
+  std::vector<float> s(v.data(), v.data() + v.extent(0));
+  s.insert(s.end(), h.data(), h.data() + h.extent(0));
+  s.push_back(float(pos_));
+  s.push_back(updated_ ? 1.0f : 0.0f);
+  return s;
+}
+
+void Fp8AmaxHistory::set_state(const std::vector<float>& s) {
+  const std::size_t want = values_.extent(0) + history_.extent(0) + 2;
+  if (s.size() != want)
+    throw Error("fp8 amax history state of " + std::to_string(s.size()) + " values",
+                std::to_string(want) + " (" + std::to_string(size()) + " tensors, history length " +
+                    std::to_string(length_) + ")");
+  const float pos = s[s.size() - 2], updated = s.back();
+  if (updated != 0.0f && updated != 1.0f)
+    throw Error("fp8 amax history 'updated' flag " + std::to_string(updated), "0 or 1");
+  if (!(pos >= 0.0f && pos < float(length_)) || pos != float(int(pos)))
+    throw Error("fp8 amax history position " + std::to_string(pos),
+                "an integer in [0, " + std::to_string(length_) + ")");
+  auto v = Kokkos::create_mirror_view(values_);
+  auto h = Kokkos::create_mirror_view(history_);
+  for (std::size_t i = 0; i < v.extent(0); ++i) v(i) = s[i];
+  for (std::size_t i = 0; i < h.extent(0); ++i) h(i) = s[v.extent(0) + i];
+  Kokkos::deep_copy(values_, v);
+  Kokkos::deep_copy(history_, h);
+  pos_ = int(pos);
+  updated_ = updated == 1.0f;
+  for (Fp8Scale* sc : scales_) sc->set_calibrated(updated_);
 }
 
 float Fp8Scale::scale_inv_host() const {
@@ -134,7 +221,7 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
   float* s = scale.values().data();
   const std::int64_t n = std::int64_t(x.extent(0));
   Kokkos::parallel_for(
-      "kshard::fp8_amax_reset", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) { s[1] = 0.0f; });
+      "kshard::fp8_amax_reset", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) { s[2] = 0.0f; });
   if (n == 0) return;
   const std::int64_t league = (n + kAmaxChunk - 1) / kAmaxChunk;
   Kokkos::parallel_for(
@@ -149,7 +236,11 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
               if (a > m) m = a;
             },
             Kokkos::Max<float>(local));
-        if (local > 0.0f) Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(s + 1, local); });
+        if (local > 0.0f)
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            fold_amax(s + 2, local);
+            fold_amax(s + 1, local);
+          });
       });
 }
 

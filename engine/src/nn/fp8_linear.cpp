@@ -18,8 +18,14 @@ Kokkos::View<Fp8*> as_view(const Scratch<Fp8>& s) {
 }  // namespace
 
 Fp8Linear::Fp8Linear(Fp8Policy policy)
-    : policy_(policy), sx_("kshard::Fp8Linear::x"), sw_("kshard::Fp8Linear::w"),
-      sdy_("kshard::Fp8Linear::dy") {}
+    : policy_(policy), sx_("kshard::Fp8Linear::x", Fp8Format::e4m3),
+      sw_("kshard::Fp8Linear::w", Fp8Format::e4m3), sdy_("kshard::Fp8Linear::dy", Fp8Format::e5m2) {}
+
+Fp8ScaleFrom Fp8Linear::prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s) {
+  if (policy_.scaling == Fp8Scaling::delayed && s.calibrated()) return Fp8ScaleFrom::scale;
+  fp8_amax(t, s);
+  return Fp8ScaleFrom::amax;
+}
 
 bool Fp8Linear::fits(std::int64_t rows, std::int64_t in, std::int64_t out) noexcept {
   return fp8_gemm_supported(rows, out, in) && fp8_gemm_supported(rows, in, out) &&
@@ -32,10 +38,8 @@ void Fp8Linear::forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, st
   using E4 = float8_e4m3_t;
   auto xq = fp8_scratch<E4>(rows * in, "kshard::Fp8Linear::xq");
   auto wq = fp8_scratch<E4>(out * in, "kshard::Fp8Linear::wq");
-  fp8_amax(x, sx_);
-  fp8_cast(x, rows, in, sx_, Fp8ScaleFrom::amax, as_view(xq), {});
-  fp8_amax(w, sw_);
-  fp8_cast(w, out, in, sw_, Fp8ScaleFrom::amax, as_view(wq), {});
+  fp8_cast(x, rows, in, sx_, prepare(x, sx_), as_view(xq), {});
+  fp8_cast(w, out, in, sw_, prepare(w, sw_), as_view(wq), {});
   Fp8GemmOptions o;
   o.epilogue = e;
   o.bias = bias;
@@ -54,8 +58,7 @@ void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const 
   auto dyqt = fp8_scratch<E5>(rows * out, "kshard::Fp8Linear::dyqt");
   auto xqt = fp8_scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
   auto wqt = fp8_scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
-  fp8_amax(dy, sdy_);
-  fp8_cast(dy, rows, out, sdy_, Fp8ScaleFrom::amax, as_view(dyq), as_view(dyqt));
+  fp8_cast(dy, rows, out, sdy_, prepare(dy, sdy_), as_view(dyq), as_view(dyqt));
   // The forward's scales: x and W hold the forward's values, so their amax is
   // unchanged (and the cast only folds the same amax in again).
   fp8_cast(x, rows, in, sx_, Fp8ScaleFrom::scale, {}, as_view(xqt));

@@ -6,6 +6,10 @@
 //
 // forward:  x [rows, in] -> xq (E4M3, own amax), W [out, in] -> wq (E4M3, own
 //           amax); y = xq . wq^T (+ bias, GELU in the epilogue), FAST_ACCUM.
+// Current scaling takes each operand's amax first (one reduction kernel);
+// delayed scaling casts with the scale its history set and the cast records
+// the amax (kernels/fp8_tensor.hpp); before its first history update it
+// scales like current scaling.
 // backward: dy -> dyq [rows, out] and dyq^T [out, rows] (E5M2, one kernel);
 //           W^T and x^T cast with the forward's scales (same values: the
 //           caller hands backward the forward's parameter values and input);
@@ -26,6 +30,8 @@ class Fp8Linear {
  public:
   explicit Fp8Linear(Fp8Policy policy);
   const Fp8Policy& policy() const { return policy_; }
+  /// x, W, dy: the order Fp8AmaxHistory keeps them in.
+  void scales(std::vector<Fp8Scale*>& out) { out.insert(out.end(), {&sx_, &sw_, &sdy_}); }
 
   /// Whether the three products of a [rows, in] -> [rows, out] Linear fit the fp8 GEMM.
   static bool fits(std::int64_t rows, std::int64_t in, std::int64_t out) noexcept;
@@ -40,6 +46,9 @@ class Fp8Linear {
                 Kokkos::View<const bfloat16_t*> w, float* dw, bfloat16_t* dx);
 
  private:
+  // Current scaling: the amax of t into s, cast from it; delayed: the scale as set.
+  Fp8ScaleFrom prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s);
+
   Fp8Policy policy_;
   Fp8Scale sx_, sw_, sdy_;
 };

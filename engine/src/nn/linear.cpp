@@ -28,6 +28,11 @@ void Linear<T>::set_fp8_policy(const Fp8Policy& policy) {
   }
 }
 
+template <class T>
+void Linear<T>::fp8_scales(std::vector<Fp8Scale*>& out) {
+  if (fp8_) fp8_->scales(out);
+}
+
 namespace {
 // The fp8 path for a forward of `rows` rows, or null (bf16 T only).
 template <class T>

@@ -28,11 +28,10 @@
 #include <cstdint>
 #include <string>
 
+#include "kshard/engine/kernels/fp8_tensor.hpp"
 #include "kshard/numeric/types.hpp"
 
 namespace kshard {
-
-enum class Fp8Format { e4m3, e5m2 };
 
 struct Fp8Operand {
   const void* data = nullptr;         ///< row-major [rows, k], packed

@@ -117,6 +117,10 @@ class Layer {
   /// a Linear in bf16 keeps it, composite layers pass it to their Linears,
   /// every other layer ignores it. The model calls this from its Recipe.
   virtual void set_fp8_policy(const Fp8Policy& policy) { (void)policy; }
+  /// Appends the scaling state of this layer's fp8 operands (x, W, dy of
+  /// each Linear that has an fp8 policy) in a fixed order: what the model
+  /// puts under one amax history for delayed scaling.
+  virtual void fp8_scales(std::vector<Fp8Scale*>& out) { (void)out; }
 
   ActShape output_shape(ActShape in) const { return {in.batch, in.seq, out_features()}; }
 };

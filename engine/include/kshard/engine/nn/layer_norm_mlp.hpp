@@ -35,6 +35,10 @@ class LayerNormMLP final : public Layer<T> {
     fc1_.set_fp8_policy(p);
     fc2_.set_fp8_policy(p);
   }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override {
+    fc1_.fp8_scales(out);
+    fc2_.fp8_scales(out);
+  }
   bool rows_independent() const override { return true; }
 
  private:

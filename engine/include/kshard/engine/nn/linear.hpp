@@ -40,6 +40,7 @@ class Linear final : public Layer<T> {
   /// fp8 products (nn/fp8_policy.hpp) for bf16 T; other T ignore the policy
   /// (their recipes have no fp8 compute).
   void set_fp8_policy(const Fp8Policy& policy) override;
+  void fp8_scales(std::vector<Fp8Scale*>& out) override;
   /// forward, then GELU (tanh): pre = x W^T + b (kept by the caller for
   /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T or f32 one
   /// cuBLASLt call (bias and GELU in the GEMM's epilogue); elsewhere the GEMM

@@ -43,6 +43,10 @@ class TransformerLayer final : public Layer<T> {
     attn_.set_fp8_policy(p);
     mlp_.set_fp8_policy(p);
   }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override {
+    attn_.fp8_scales(out);
+    mlp_.fp8_scales(out);
+  }
 
  private:
   std::int64_t d_;
