@@ -10,7 +10,7 @@
            its relative difference to bf16's.
 
   compare_recipes.py speed --exe build/cuda/examples/train/kshard-train \\
-      [--sizes large,xl] [--recipes bf16,fp8,fp8-current] [--repeats 2] [--steps 20]
+      [--sizes large,xl] [--recipes bf16,fp8,fp8-current,fp8-delayed] [--repeats 2] [--steps 20]
   compare_recipes.py quality --exe ... --data DIR [--recipes ...] [--steps 1500]
 
 Sizes (width/heads/layers/seq/batch/vocab): medium 1024/16/8/512/8/8192, large
@@ -120,7 +120,7 @@ def main():
     ap.add_argument("mode", choices=["speed", "quality"])
     ap.add_argument("--exe", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--recipes", default="bf16,fp8,fp8-current")
+    ap.add_argument("--recipes", default="bf16,fp8,fp8-current,fp8-delayed")
     ap.add_argument("--sizes", default="large,xl")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None)

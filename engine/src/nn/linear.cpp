@@ -46,6 +46,26 @@ detail::Fp8Linear* fp8_path(const std::unique_ptr<detail::Fp8Linear>& fp8, std::
 }  // namespace
 
 template <class T>
+bool Linear<T>::save_and_try_fp8(Kokkos::View<const T*> x, ActShape shape,
+                                 const ConstViews& params, Fp8Epilogue e, Kokkos::View<T*> y,
+                                 T* pre) {
+  x_ = x;
+  shape_ = shape;
+  saved_ = true;
+  fp8_forward_ = false;
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    if (auto* f = fp8_path<T>(fp8_, shape.rows(), in_, out_)) {
+      f->forward(x, shape.rows(), in_, out_, params[0], bias_ ? params[1].data() : nullptr, e,
+                 y.data(), pre);
+      fp8_forward_ = true;
+    }
+  } else {
+    (void)params, (void)e, (void)y, (void)pre;
+  }
+  return fp8_forward_;
+}
+
+template <class T>
 std::vector<ParamSpec> Linear<T>::param_specs() const {
   std::vector<ParamSpec> s{{"weight", {out_, in_}, Init::uniform_fan_in(in_)}};
   if (bias_) s.push_back({"bias", {out_}, Init::uniform_fan_in(in_)});
@@ -58,18 +78,9 @@ void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstVie
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
   using A = accum_t<T>;
-  x_ = x;
-  shape_ = shape;
-  saved_ = true;
-  fp8_forward_ = false;
-  if (auto* f = fp8_path<T>(fp8_, rows, in_, out_)) {
-    if constexpr (std::is_same_v<T, bfloat16_t>) {
-      f->forward(x, rows, in_, out_, params[0], bias_ ? params[1].data() : nullptr,
-                 bias_ ? Fp8Epilogue::bias : Fp8Epilogue::none, y.data(), nullptr);
-      fp8_forward_ = true;
-      return;
-    }
-  }
+  if (save_and_try_fp8(x, shape, params, bias_ ? Fp8Epilogue::bias : Fp8Epilogue::none, y,
+                       nullptr))
+    return;
   // With a bias: in the GEMM's epilogue where the backend has one.
   if (!bias_ || !detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
                                                     params[1].data(), y.data(),
@@ -89,18 +100,7 @@ void Linear<T>::forward_gelu(Kokkos::View<const T*> x, ActShape shape, const Con
                     "a pre-activation of " + std::to_string(pre.extent(0)) + " elements",
                 "a Linear with bias and a pre-activation of rows x out = " +
                     std::to_string(rows * out_) + " elements");
-  x_ = x;
-  shape_ = shape;
-  saved_ = true;
-  fp8_forward_ = false;
-  if (auto* f = fp8_path<T>(fp8_, rows, in_, out_)) {
-    if constexpr (std::is_same_v<T, bfloat16_t>) {
-      f->forward(x, rows, in_, out_, params[0], params[1].data(), Fp8Epilogue::bias_gelu,
-                 y.data(), pre.data());
-      fp8_forward_ = true;
-      return;
-    }
-  }
+  if (save_and_try_fp8(x, shape, params, Fp8Epilogue::bias_gelu, y, pre.data())) return;
   if (!detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
                                           params[1].data(), y.data(),
                                           detail::LinearEpilogue::bias_gelu, pre.data())) {

@@ -48,6 +48,9 @@ std::uint32_t pointer_alignment(const void* p) {
   return al;
 }
 
+namespace {
+// A matmul preference allowing the shared workspace and the given operand
+// alignments (A, B, C/D); destroy with cublasLtMatmulPreferenceDestroy.
 cublasLtMatmulPreference_t matmul_preference(std::uint32_t align_a, std::uint32_t align_b,
                                              std::uint32_t align_d) {
   cublasLtMatmulPreference_t pref = nullptr;
@@ -65,6 +68,7 @@ cublasLtMatmulPreference_t matmul_preference(std::uint32_t align_a, std::uint32_
                                        sizeof(align_d));
   return pref;
 }
+}  // namespace
 
 void destroy(LtPlan& p) {
   for (cublasLtMatrixLayout_t* l : {&p.a, &p.b, &p.c, &p.d}) {
@@ -74,6 +78,18 @@ void destroy(LtPlan& p) {
   if (p.desc) cublasLtMatmulDescDestroy(p.desc);
   p.desc = nullptr;
   p.ok = false;
+}
+
+void choose_algorithm(CublasLt& s, LtPlan& p, std::uint32_t align_a, std::uint32_t align_b,
+                      std::uint32_t align_d) {
+  cublasLtMatmulPreference_t pref = matmul_preference(align_a, align_b, align_d);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      s.handle, p.desc, p.a, p.b, p.c ? p.c : p.d, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (p.ok) p.algo = result.algo;
 }
 
 }  // namespace kshard::detail

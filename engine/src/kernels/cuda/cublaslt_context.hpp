@@ -33,11 +33,6 @@ void check_cublas(cublasStatus_t s, const char* call);
 /// their alignment varies with the unit's layout).
 std::uint32_t pointer_alignment(const void* p);
 
-/// A matmul preference allowing the shared workspace and the given operand
-/// alignments (A, B, C/D); destroy with cublasLtMatmulPreferenceDestroy.
-cublasLtMatmulPreference_t matmul_preference(std::uint32_t align_a, std::uint32_t align_b,
-                                             std::uint32_t align_d);
-
 /// A cached matmul: descriptors plus the heuristic's algorithm. Descriptors
 /// do not depend on the handle, so a plan outlives handle changes.
 struct LtPlan {
@@ -49,6 +44,12 @@ struct LtPlan {
 
 /// Destroys the plan's descriptors (the null ones skipped).
 void destroy(LtPlan& p);
+
+/// Asks the heuristic for the plan's algorithm (descriptor and layouts made;
+/// C is p.c, or p.d where p.c is null) given the operand alignments: sets
+/// p.algo and p.ok.
+void choose_algorithm(CublasLt& s, LtPlan& p, std::uint32_t align_a, std::uint32_t align_b,
+                      std::uint32_t align_d);
 
 /// One user's plans, looked up with cublaslt_mutex() held and destroyed in
 /// Kokkos::finalize. A plan is made once per shape, types, epilogue and

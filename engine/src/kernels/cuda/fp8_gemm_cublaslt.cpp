@@ -87,15 +87,7 @@ Plan make_plan(CublasLt& s, std::int64_t m, std::int64_t n, std::int64_t k, cons
                "cublasLtMatrixLayoutCreate(C)");
   check_cublas(cublasLtMatrixLayoutCreate(&p.d, ct, std::uint64_t(n), std::uint64_t(m), n),
                "cublasLtMatrixLayoutCreate(D)");
-  cublasLtMatmulPreference_t pref =
-      matmul_preference(std::get<9>(key), std::get<8>(key), std::get<10>(key));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.c, p.d,
-                                                           pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (p.ok) p.algo = result.algo;
+  choose_algorithm(s, p, std::get<9>(key), std::get<8>(key), std::get<10>(key));
   return p;
 }
 

@@ -97,15 +97,7 @@ Plan make_plan(CublasLt& s, std::int64_t rows, std::int64_t in, std::int64_t out
         "cublasLtMatrixLayoutCreate(D)");
 
   // Operand alignments (key: x, w, b, y, pre): A is W, B is x, C and D are y.
-  cublasLtMatmulPreference_t pref =
-      matmul_preference(std::get<6>(key), std::get<5>(key), std::get<8>(key));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.d, p.d,
-                                                           pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (p.ok) p.algo = result.algo;
+  choose_algorithm(s, p, std::get<6>(key), std::get<5>(key), std::get<8>(key));
   return p;
 }
 

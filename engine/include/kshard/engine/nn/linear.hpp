@@ -9,6 +9,7 @@
 // Backward: dx = dy W, dW += dy^T x, db += column sums of dy: three GEMMs.
 #include <memory>
 
+#include "kshard/engine/kernels/fp8_gemm.hpp"
 #include "kshard/engine/nn/layer.hpp"
 
 namespace kshard {
@@ -57,6 +58,11 @@ class Linear final : public Layer<T> {
   void rebind_input(Kokkos::View<const T*> x);
 
  private:
+  // Saves the forward's input and runs it on the fp8 path when the policy
+  // and the shape allow (bf16 T): true when it did.
+  bool save_and_try_fp8(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                        Fp8Epilogue e, Kokkos::View<T*> y, T* pre);
+
   std::int64_t in_, out_;
   bool bias_;
   bool saved_ = false;
