@@ -31,6 +31,7 @@ json Manifest::to_json() const {
   else
     j["optimizer"] = nullptr;
   j["user_state"] = user_state;
+  if (!fp8_state.empty()) j["fp8_state"] = fp8_state;  // floats print round-trip exact
   json files_j = json::array();
   for (const auto& f : files) files_j.push_back({{"name", f.name}, {"bytes", f.bytes}});
   j["files"] = std::move(files_j);
@@ -141,6 +142,12 @@ Manifest Manifest::from_json(const json& j, const std::string& source) {
       r.bad("optimizer.moment_dtype", std::string("is ") + dtype_name(m.moment_dtype), "f32 or bf16");
   }
   m.user_state = r.field(j, "", "user_state");
+  if (j.contains("fp8_state")) {
+    for (const auto& v : r.array(j, "", "fp8_state")) {
+      if (!v.is_number()) r.bad("fp8_state", "holds a value that is not a number");
+      m.fp8_state.push_back(v.get<float>());
+    }
+  }
 
   const json& files = r.array(j, "", "files");
   for (std::size_t i = 0; i < files.size(); ++i) {

@@ -282,6 +282,11 @@ LoadInfo load(const fs::path& dir, FsdpModel& model, FusedAdam* opt) {
     }
   }
   if (opt) opt->set_step_count(m.optimizer_step);
+  // Delayed fp8 scaling resumes from the saved histories when they fit this
+  // model (same recipe and history length); otherwise it starts fresh, as
+  // after any recipe change (LoadInfo::recipe_changed says so).
+  if (!m.fp8_state.empty() && model.fp8_state().size() == m.fp8_state.size())
+    model.set_fp8_state(m.fp8_state);
   Kokkos::fence();
 
   LoadInfo info;

@@ -113,6 +113,7 @@ Manifest manifest_head(std::int64_t step, FsdpModel& model, const FusedAdam* opt
   m.optimizer_step = opt ? opt->step_count() : 0;
   m.moment_dtype = opt ? opt->options().moment_dtype : DType::f32;
   m.user_state = user_state;
+  m.fp8_state = model.fp8_state();
   const int kinds = opt ? 3 : 1;
   for (std::size_t u = 0; u < model.num_units(); ++u) {
     const ShardedGroup& g = model.group(u);

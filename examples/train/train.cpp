@@ -251,7 +251,10 @@ int run(kshard::Session& session, int argc, char** argv) {
 
   // Does it fit? Estimated from the model description, before allocating.
   const std::vector<kshard::LayerDef> defs = model_layers(o);
-  const kshard::Recipe recipe = kshard::Recipe::parse(o.recipe, o.fp8_init);
+  kshard::Recipe recipe = kshard::Recipe::parse(o.recipe, o.fp8_init);
+  recipe.fp8_compute.amax_history_len = o.fp8_amax_history;
+  recipe.fp8_compute.amax_algo =
+      o.fp8_amax_algo == "max" ? kshard::Fp8AmaxAlgo::max : kshard::Fp8AmaxAlgo::most_recent;
   const kshard::MemoryEstimate estimate =
       kshard::MemoryEstimate::of(defs, recipe, shard_n, o.batch, o.seq, o.keep_lp_shard);
   kshard::check_memory_fits(world, estimate);

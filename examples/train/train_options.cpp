@@ -102,8 +102,13 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "device mesh: N (1-D, FSDP) or RxS (HSDP: replicate x shard); product = world size "
      "(default: 1-D over all ranks)")
     ("recipe", po::value<std::string>(&o.recipe)->default_value(o.recipe),
-     "mixed precision: fp32, bf16, fp16 (dynamic loss scaling) or fp8; sets the compute dtype "
-     "(f32, bf16, f16, bf16)")
+     "mixed precision: fp32, bf16, fp16 (dynamic loss scaling), fp8 (fp8 all-gather, bf16 "
+     "compute), fp8-current or fp8-delayed (bf16 all-gather, Linear GEMMs on fp8 tensor cores "
+     "with per-tensor current or delayed scaling; GPUs of compute capability 8.9+)")
+    ("fp8-amax-history", po::value<int>(&o.fp8_amax_history)->default_value(o.fp8_amax_history),
+     "fp8-delayed: steps of amax history a scale is taken from")
+    ("fp8-amax-algo", po::value<std::string>(&o.fp8_amax_algo)->default_value(o.fp8_amax_algo),
+     "fp8-delayed: max (the largest amax of the history) or most_recent")
     ("tf32", po::bool_switch(&o.tf32), "let f32 GEMMs use TF32 tensor cores (CUDA; off by default)")
     ("keep-low-precision-shard", po::bool_switch(&o.keep_lp_shard),
      "bf16/fp16: keep a 16-bit copy of each shard, written by the optimizer (2 B/param more, "
@@ -274,8 +279,21 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     throw OptionError(std::string(o.save_dir.empty() ? "--export" : "--save-dir") +
                       " with --eval-only; expected --eval-only alone (it trains nothing, so it "
                       "saves nothing: evaluate a checkpoint with --init-from)");
-  if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8")
-    throw OptionError("--recipe '" + o.recipe + "' is unknown; expected one of fp32, bf16, fp16, fp8");
+  if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8" &&
+      o.recipe != "fp8-current" && o.recipe != "fp8-delayed")
+    throw OptionError("--recipe '" + o.recipe +
+                      "' is unknown; expected one of fp32, bf16, fp16, fp8, fp8-current, "
+                      "fp8-delayed");
+  if (o.fp8_amax_algo != "max" && o.fp8_amax_algo != "most_recent")
+    throw OptionError("--fp8-amax-algo '" + o.fp8_amax_algo + "' is unknown; expected max or "
+                      "most_recent");
+  if (o.fp8_amax_history < 1)
+    throw OptionError("--fp8-amax-history " + std::to_string(o.fp8_amax_history) +
+                      "; expected a length >= 1");
+  if (o.recipe != "fp8-delayed" &&
+      (!vm["fp8-amax-history"].defaulted() || !vm["fp8-amax-algo"].defaulted()))
+    throw OptionError("--fp8-amax-history/--fp8-amax-algo with --recipe " + o.recipe +
+                      "; expected them only with --recipe fp8-delayed");
   if (o.attention != "auto" && o.attention != "fused" && o.attention != "unfused" &&
       o.attention != "recompute")
     throw OptionError("--attention '" + o.attention +

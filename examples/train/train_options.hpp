@@ -27,6 +27,8 @@ struct TrainOptions {
   std::vector<int> mesh;  ///< resolved shape: [N] or [replicate, shard]
   std::string recipe = "fp32";
   bool fp8_init = false;
+  int fp8_amax_history = 1024;
+  std::string fp8_amax_algo = "max";
   bool tf32 = false;
   bool keep_lp_shard = false;
   std::string attention = "auto";

@@ -39,6 +39,7 @@ bad: bad checkpoint options and inputs end every rank with exit 2 and a
   directory / missing or truncated safetensors file / truncated checkpoint.
 """
 import argparse
+import json
 import os
 import re
 import shlex
@@ -172,6 +173,22 @@ def test_resume(a):
            f"--keep 2 left {ckpts(s4)}")
     same_steps(steps_of(out), A, range(1, 5), "--resume with no checkpoint starts fresh")
     print("OK: --keep 2 leaves the newest two")
+
+    # (5) Delayed fp8 scaling: the amax histories are model state; a resumed
+    # run scales (and so prints) exactly as the uninterrupted one. Without the
+    # saved state step 4 would cast with fresh scales and print other losses.
+    fp8 = f"{base} --recipe fp8-delayed --fp8-amax-history 4"
+    A5 = steps_of(run_ok(a, f"{fp8} --steps 6"))
+    s5 = os.path.join(d, "s5")
+    run_ok(a, f"{fp8} --steps 3 --save-dir {s5}")
+    with open(os.path.join(s5, "step-0000000003", "manifest.json")) as f:
+        st = json.load(f).get("fp8_state")
+    # 2 layers x 4 Linears x 3 operands (the head stays bf16): 3 values each,
+    # 4 history slots each, position and flag.
+    expect(st is not None and len(st) == 24 * 3 + 24 * 4 + 2,
+           f"manifest fp8_state has {None if st is None else len(st)} values, expected 170")
+    out = run_ok(a, f"{fp8} --steps 6 --save-dir {s5} --resume {s5}")
+    same_steps(steps_of(out), A5, range(4, 7), "fp8-delayed resume 3 -> 6")
 
 
 def test_export(a):

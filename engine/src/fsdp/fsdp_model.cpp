@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kshard/engine/kernels/cast.hpp"
+#include "kshard/engine/kernels/fp8_gemm.hpp"
 #include "kshard/engine/nn/chunked_cross_entropy.hpp"
 #include "kshard/engine/nn/embedding.hpp"
 #include "kshard/engine/nn/loss.hpp"
@@ -53,6 +54,10 @@ class FsdpCoreBase {
   virtual double ce_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                              Kokkos::View<const std::int32_t*> targets, double scale,
                              bool sync) = 0;
+  // fp8 products for every layer but a final Linear (the LM head stays bf16,
+  // as TransformerEngine models keep their output projection out of fp8).
+  virtual void set_fp8_policy(const Fp8Policy& policy) = 0;
+  virtual void fp8_scales(std::vector<Fp8Scale*>& out) = 0;
 };
 
 template <class T>
@@ -69,6 +74,14 @@ class FsdpCore final : public FsdpCoreBase {
 
   std::size_t size() const override { return layers_.size(); }
   const LayerKindInfo& info(std::size_t i) const override { return info_.at(i); }
+  void set_fp8_policy(const Fp8Policy& policy) override {
+    const bool head = !layers_.empty() && layers_.back()->kind() == "Linear";
+    for (std::size_t i = 0; i < layers_.size() - (head ? 1 : 0); ++i)
+      layers_[i]->set_fp8_policy(policy);
+  }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override {
+    for (auto& l : layers_) l->fp8_scales(out);
+  }
 
   void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                         Kokkos::View<const float*> x, ActShape shape, bool defer_head) override {
@@ -330,6 +343,21 @@ FsdpModel::FsdpModel(const DeviceMesh& mesh, const std::vector<LayerDef>& layers
       throw Error(std::string("recipe compute dtype ") + dtype_name(recipe_.compute_dtype),
                   "f32, bf16 or f16");
   }
+  if (recipe_.fp8_compute.enabled()) {
+    std::string why;
+    if (!fp8_gemm_available(&why))
+      throw Error("recipe '" + recipe_.name + "' on " + why,
+                  "a GPU with fp8 tensor cores (compute capability 8.9+: Ada, Hopper, "
+                  "Blackwell) for the fp8 compute recipes, or recipe fp32, bf16, fp16 or fp8 "
+                  "(fp8 all-gather, bf16 compute), which run on any GPU");
+    core_->set_fp8_policy(recipe_.fp8_compute);
+    if (recipe_.fp8_compute.scaling == Fp8Scaling::delayed) {
+      std::vector<Fp8Scale*> scales;
+      core_->fp8_scales(scales);
+      fp8_history_ = std::make_unique<Fp8AmaxHistory>(
+          scales, recipe_.fp8_compute.amax_history_len, recipe_.fp8_compute.amax_algo);
+    }
+  }
   build_groups();
 }
 
@@ -437,6 +465,27 @@ GradShardStats FsdpModel::local_grad_stats() const {
 void FsdpModel::after_optimizer_step() {
   for (auto& g : groups_)
     if (!g.model_param().data) g.refresh_low_precision();
+  if (fp8_history_) {
+    // One all-reduce of every tensor's scaling values: the amaxes become the
+    // max over all ranks (each saw its own activations and gradients), the
+    // scales are equal everywhere already.
+    mesh_.world().all_reduce(fp8_history_->amax_and_scales(), ReduceOp::max);
+    fp8_history_->update();
+  }
+}
+
+std::vector<float> FsdpModel::fp8_state() const {
+  return fp8_history_ ? fp8_history_->state() : std::vector<float>{};
+}
+
+void FsdpModel::set_fp8_state(const std::vector<float>& state) {
+  if (!fp8_history_) {
+    if (state.empty()) return;
+    throw Error("fp8 scaling state of " + std::to_string(state.size()) + " values for recipe '" +
+                    recipe_.name + "'",
+                "no state (only delayed-scaling recipes keep one)");
+  }
+  fp8_history_->set_state(state);
 }
 
 std::int64_t FsdpModel::num_parameters() const {

@@ -19,8 +19,17 @@ Recipe Recipe::parse(const std::string& name, bool fp8_init) {
   } else if (name == "fp8") {
     r.gather_dtype = DType::e4m3;
     r.compute_dtype = DType::bf16;
+  } else if (name == "fp8-current") {
+    r.gather_dtype = DType::bf16;
+    r.compute_dtype = DType::bf16;
+    r.fp8_compute.scaling = Fp8Scaling::current;
+  } else if (name == "fp8-delayed") {
+    r.gather_dtype = DType::bf16;
+    r.compute_dtype = DType::bf16;
+    r.fp8_compute.scaling = Fp8Scaling::delayed;
   } else {
-    throw Error("unknown recipe '" + name + "'", "one of fp32, bf16, fp16, fp8");
+    throw Error("unknown recipe '" + name + "'",
+                "one of fp32, bf16, fp16, fp8, fp8-current, fp8-delayed");
   }
   if (fp8_init && !r.is_fp8())
     throw Error("fp8_init with recipe '" + name + "'", "fp8_init only with the fp8 recipe");

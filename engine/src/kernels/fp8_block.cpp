@@ -6,56 +6,14 @@
 
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
+#include "fp8_scaling.hpp"
 
 namespace kshard {
 namespace {
 
-// finite_max = 1.75 * 2^max_exp for both OCP fp8 formats; the power-of-two
-// scale is derived from that shape with integer exponent arithmetic, so host
-// and device compute bit-identical scales without ldexp/log2.
-template <class Fp8>
-struct Fp8Traits;
-template <>
-struct Fp8Traits<float8_e4m3_t> {
-  static constexpr int max_exp = 8;               // 448 = 1.75 * 2^8
-  static constexpr std::uint8_t nan_bits = 0x7F;  // S.1111.111
-  static constexpr std::uint8_t inf_bits = 0x7F;  // no infinity: NaN
-  static constexpr const char* name = "e4m3";
-};
-template <>
-struct Fp8Traits<float8_e5m2_t> {
-  static constexpr int max_exp = 15;              // 57344 = 1.75 * 2^15
-  static constexpr std::uint8_t nan_bits = 0x7E;  // quiet NaN S.11111.10
-  static constexpr std::uint8_t inf_bits = 0x7C;  // S.11111.00
-  static constexpr const char* name = "e5m2";
-};
+using detail::Fp8Traits;
 static_assert(finite_max<float8_e4m3_t>::value == 1.75f * 256.0f, "E4M3 max is 1.75 * 2^8");
 static_assert(finite_max<float8_e5m2_t>::value == 1.75f * 32768.0f, "E5M2 max is 1.75 * 2^15");
-
-constexpr int min_scale_exp = -126;  // scale and 1/scale stay normal floats
-constexpr std::uint32_t mant_1_75 = 0x600000u;  // float mantissa field of 1.75
-
-KOKKOS_INLINE_FUNCTION bool is_finite_bits(std::uint32_t u) {
-  return (u & 0x7F800000u) != 0x7F800000u;
-}
-
-/// Exponent k of the smallest power of two with amax <= 1.75 * 2^(max_exp + k).
-/// amax = m * 2^e, m in [1, 2): the bound holds iff e <= max_exp + k when
-/// m <= 1.75, else iff e < max_exp + k.
-template <class Fp8>
-KOKKOS_INLINE_FUNCTION int scale_exponent(float amax) {
-  const std::uint32_t u = numeric_detail::float_bits(amax);
-  if (u == 0u) return 0;  // all-zero block: scale 1
-  if (u < 0x00800000u) return min_scale_exp;  // float subnormal amax
-  const int e = int(u >> 23) - 127;
-  int k = e - Fp8Traits<Fp8>::max_exp + ((u & 0x7FFFFFu) > mant_1_75 ? 1 : 0);
-  if (k < min_scale_exp) k = min_scale_exp;
-  return k;
-}
-
-KOKKOS_INLINE_FUNCTION float pow2(int k) {
-  return numeric_detail::bits_float(std::uint32_t(k + 127) << 23);
-}
 
 template <class Fp8>
 struct QuantizeBlocks {
@@ -76,31 +34,17 @@ struct QuantizeBlocks {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, len),
         [&](const int i, float& m) {
-          // Non-finite elements count as 0, so a block of only NaN/inf gets
-          // amax 0 (scale 1) rather than the reducer's initial -FLT_MAX.
-          const std::uint32_t a = numeric_detail::float_bits(x(begin + i)) & 0x7FFFFFFFu;
-          const float v = is_finite_bits(a) ? numeric_detail::bits_float(a) : 0.0f;
+          const float v = detail::fp8_amax_term(x(begin + i));
           if (v > m) m = v;
         },
         Kokkos::Max<float>(amax));
 
-    if (!(amax > 0.0f)) amax = 0.0f;
-    const int k = scale_exponent<Fp8>(amax);
-    const float inv_scale = pow2(-k);
+    const int k = detail::fp8_scale_exponent<Fp8>(amax);
+    const float inv_scale = detail::fp8_pow2(-k);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len), [&](const int i) {
-      const float v = x(begin + i);
-      const std::uint32_t u = numeric_detail::float_bits(v);
-      const std::uint8_t sign = (u >> 31) ? 0x80u : 0u;
-      Fp8 out;
-      if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-        out.bits = std::uint8_t(sign | Fp8Traits<Fp8>::nan_bits);
-      else if ((u & 0x7FFFFFFFu) == 0x7F800000u)
-        out.bits = std::uint8_t(sign | Fp8Traits<Fp8>::inf_bits);
-      else
-        out = from_float<Fp8>(v * inv_scale);  // exact: power of two, no overflow
-      q(begin + i) = out;
+      q(begin + i) = detail::fp8_encode_scaled<Fp8>(x(begin + i), inv_scale);
     });
-    Kokkos::single(Kokkos::PerTeam(team), [&]() { scales(b) = pow2(k); });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { scales(b) = detail::fp8_pow2(k); });
   }
 };
 

@@ -3,6 +3,7 @@
 #include "kshard/engine/kernels/gelu.hpp"
 #include "kshard/engine/kernels/gemm.hpp"
 #include "../kernels/linear_epilogue.hpp"
+#include "fp8_linear.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {
@@ -13,6 +14,55 @@ Linear<T>::Linear(std::int64_t in_features, std::int64_t out_features, bool bias
   if (in_ <= 0 || out_ <= 0)
     throw Error("Linear(" + std::to_string(in_) + ", " + std::to_string(out_) + ")",
                 "in_features > 0 and out_features > 0");
+}
+
+template <class T>
+Linear<T>::~Linear() = default;
+
+template <class T>
+void Linear<T>::set_fp8_policy(const Fp8Policy& policy) {
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    fp8_ = policy.enabled() ? std::make_unique<detail::Fp8Linear>(policy) : nullptr;
+  } else {
+    (void)policy;
+  }
+}
+
+template <class T>
+void Linear<T>::fp8_scales(std::vector<Fp8Scale*>& out) {
+  if (fp8_) fp8_->scales(out);
+}
+
+namespace {
+// The fp8 path for a forward of `rows` rows, or null (bf16 T only).
+template <class T>
+detail::Fp8Linear* fp8_path(const std::unique_ptr<detail::Fp8Linear>& fp8, std::int64_t rows,
+                            std::int64_t in, std::int64_t out) {
+  if constexpr (std::is_same_v<T, bfloat16_t>)
+    return fp8 && detail::Fp8Linear::fits(rows, in, out) ? fp8.get() : nullptr;
+  (void)fp8, (void)rows, (void)in, (void)out;
+  return nullptr;
+}
+}  // namespace
+
+template <class T>
+bool Linear<T>::save_and_try_fp8(Kokkos::View<const T*> x, ActShape shape,
+                                 const ConstViews& params, Fp8Epilogue e, Kokkos::View<T*> y,
+                                 T* pre) {
+  x_ = x;
+  shape_ = shape;
+  saved_ = true;
+  fp8_forward_ = false;
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    if (auto* f = fp8_path<T>(fp8_, shape.rows(), in_, out_)) {
+      f->forward(x, shape.rows(), in_, out_, params[0], bias_ ? params[1].data() : nullptr, e,
+                 y.data(), pre);
+      fp8_forward_ = true;
+    }
+  } else {
+    (void)params, (void)e, (void)y, (void)pre;
+  }
+  return fp8_forward_;
 }
 
 template <class T>
@@ -28,6 +78,9 @@ void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstVie
   detail::check_forward<T>(*this, x, shape, params, y);
   const std::int64_t rows = shape.rows();
   using A = accum_t<T>;
+  if (save_and_try_fp8(x, shape, params, bias_ ? Fp8Epilogue::bias : Fp8Epilogue::none, y,
+                       nullptr))
+    return;
   // With a bias: in the GEMM's epilogue where the backend has one.
   if (!bias_ || !detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
                                                     params[1].data(), y.data(),
@@ -35,9 +88,6 @@ void Linear<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstVie
     gemm<T>(Trans::N, Trans::T, rows, out_, in_, A(1), x, params[0], A(0), y);
     if (bias_) detail::add_row_vector<T>(y, params[1], rows, out_);
   }
-  x_ = x;
-  shape_ = shape;
-  saved_ = true;
 }
 
 template <class T>
@@ -50,6 +100,7 @@ void Linear<T>::forward_gelu(Kokkos::View<const T*> x, ActShape shape, const Con
                     "a pre-activation of " + std::to_string(pre.extent(0)) + " elements",
                 "a Linear with bias and a pre-activation of rows x out = " +
                     std::to_string(rows * out_) + " elements");
+  if (save_and_try_fp8(x, shape, params, Fp8Epilogue::bias_gelu, y, pre.data())) return;
   if (!detail::linear_epilogue_backend<T>(rows, in_, out_, x.data(), params[0].data(),
                                           params[1].data(), y.data(),
                                           detail::LinearEpilogue::bias_gelu, pre.data())) {
@@ -58,9 +109,6 @@ void Linear<T>::forward_gelu(Kokkos::View<const T*> x, ActShape shape, const Con
     detail::add_row_vector<T>(pre, params[1], rows, out_);
     detail::gelu_forward<T>(pre, y);
   }
-  x_ = x;
-  shape_ = shape;
-  saved_ = true;
 }
 
 template <class T>
@@ -69,6 +117,14 @@ void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
   using A = accum_t<T>;
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    if (fp8_forward_) {
+      // The bias gradient from the bf16 dy, as in the bf16 path.
+      if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_);
+      fp8_->backward(dy, x_, rows, in_, out_, params[0], grads[0].data(), dx.data());
+      return;
+    }
+  }
   // dW[out, in] += dy^T[out, rows] x[rows, in]   (accumulated in f32 for 16-bit T)
   // first: after it nothing reads the saved input, so dx may be its memory
   // (LayerNormMLP writes fc2's dx over the recomputed GELU output).
@@ -92,6 +148,7 @@ template <class T>
 void Linear<T>::release() {
   x_ = {};
   saved_ = false;
+  fp8_forward_ = false;
 }
 
 #define KSHARD_LINEAR_INSTANTIATE(T) template class Linear<T>;

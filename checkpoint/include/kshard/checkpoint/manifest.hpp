@@ -70,6 +70,9 @@ struct Manifest {
   std::int64_t optimizer_step = 0;
   DType moment_dtype = DType::f32;
   nlohmann::json user_state = nlohmann::json::object();
+  /// FsdpModel::fp8_state() (delayed fp8 scaling; empty otherwise): small and
+  /// the same on every rank, so it lives here rather than in the data files.
+  std::vector<float> fp8_state;
   std::vector<SavedFile> files;
   std::vector<SavedUnit> units;
 

@@ -11,9 +11,8 @@
 // feature), broadcast over the n columns, which is what cuBLASLt's BIAS
 // epilogue does.
 //
-// A plan (descriptors + the heuristic's algorithm) is made once per shape,
-// type, epilogue and pointer alignment and reused: the heuristic costs tens
-// of microseconds of host time, a training step calls the same few shapes.
+// Plans are cached per shape, type, epilogue and pointer alignment
+// (cublaslt_context.hpp's plan_cache).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -28,79 +27,20 @@
 #include "../linear_epilogue.hpp"
 #include "kshard/engine/kernels/gemm.hpp"
 #include "kshard/error.hpp"
-#include "cache_config.hpp"
 #include "cublas_workspace.hpp"
+#include "cublaslt_context.hpp"
 #include "sanitizer_marks.hpp"
 #include "kshard/numeric/compute.hpp"
 
 namespace kshard::detail {
 namespace {
 
-void check(cublasStatus_t s, const char* call) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw Error(std::string(call) + " returned cublasStatus_t " + std::to_string(int(s)),
-                "CUBLAS_STATUS_SUCCESS");
-}
-
-// Largest power of two (<= 256) dividing the address: what the algorithm may
-// assume about each operand (parameters are views into a flat buffer, so
-// their alignment varies with the unit's layout).
-std::uint32_t alignment(const void* p) {
-  std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
-  std::uint32_t al = 256;
-  while (al > 1 && (a % al) != 0) al /= 2;
-  return al;
-}
-
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool ok = false;  // the heuristic found an algorithm
-};
+struct EpiloguePlans;  // plan_cache tag
+using Plan = LtPlan;
 
 // (type, rows, in, out, epilogue, alignments of x, w, b, y, pre)
 using Key = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, int, std::uint32_t,
                        std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
-
-struct State {
-  std::mutex mutex;
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;  // cublas_workspace(), shared with gemm_cublas.cpp
-  std::map<Key, Plan> plans;
-
-  void release() {
-    for (auto& [key, p] : plans) {
-      if (p.a) cublasLtMatrixLayoutDestroy(p.a);
-      if (p.b) cublasLtMatrixLayoutDestroy(p.b);
-      if (p.d) cublasLtMatrixLayoutDestroy(p.d);
-      if (p.desc) cublasLtMatmulDescDestroy(p.desc);
-    }
-    plans.clear();
-    if (handle) cublasLtDestroy(handle);
-    handle = nullptr;
-    workspace = nullptr;
-  }
-};
-
-State& state() {
-  static State s;
-  return s;
-}
-
-// Created on first use; destroyed in Kokkos::finalize while the CUDA context
-// still exists (like the cuBLAS handle of gemm_cublas.cpp).
-void ensure_handle(State& s) {
-  if (s.handle) return;
-  restore_default_cache_config();
-  s.workspace = cublas_workspace();
-  check(cublasLtCreate(&s.handle), "cublasLtCreate");
-  Kokkos::push_finalize_hook([] {
-    State& st = state();
-    std::lock_guard<std::mutex> l(st.mutex);
-    st.release();
-  });
-}
 
 template <class T>
 cudaDataType_t cuda_type() {
@@ -127,58 +67,37 @@ int type_key() {
 }
 
 template <class T>
-Plan make_plan(State& s, std::int64_t rows, std::int64_t in, std::int64_t out,
+Plan make_plan(CublasLt& s, std::int64_t rows, std::int64_t in, std::int64_t out,
                LinearEpilogue e, const Key& key) {
   Plan p;
   const cudaDataType_t t = cuda_type<T>();
-  check(cublasLtMatmulDescCreate(&p.desc, compute_type<T>(), CUDA_R_32F),
+  check_cublas(cublasLtMatmulDescCreate(&p.desc, compute_type<T>(), CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
         "cublasLtMatmulDescSetAttribute(TRANSA)");
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
         "cublasLtMatmulDescSetAttribute(TRANSB)");
   const cublasLtEpilogue_t epi =
       e == LinearEpilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
         "cublasLtMatmulDescSetAttribute(EPILOGUE)");
   if (e == LinearEpilogue::bias_gelu) {
     const std::int64_t ld = out;
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
                                          sizeof(ld)),
           "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
   }
   // A = W: column-major [in, out], ld in; B = x: [in, rows], ld in; D: [out, rows], ld out.
-  check(cublasLtMatrixLayoutCreate(&p.a, t, std::uint64_t(in), std::uint64_t(out), in),
+  check_cublas(cublasLtMatrixLayoutCreate(&p.a, t, std::uint64_t(in), std::uint64_t(out), in),
         "cublasLtMatrixLayoutCreate(A)");
-  check(cublasLtMatrixLayoutCreate(&p.b, t, std::uint64_t(in), std::uint64_t(rows), in),
+  check_cublas(cublasLtMatrixLayoutCreate(&p.b, t, std::uint64_t(in), std::uint64_t(rows), in),
         "cublasLtMatrixLayoutCreate(B)");
-  check(cublasLtMatrixLayoutCreate(&p.d, t, std::uint64_t(out), std::uint64_t(rows), out),
+  check_cublas(cublasLtMatrixLayoutCreate(&p.d, t, std::uint64_t(out), std::uint64_t(rows), out),
         "cublasLtMatrixLayoutCreate(D)");
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  const std::uint64_t ws = kCublasWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                       sizeof(ws));
   // Operand alignments (key: x, w, b, y, pre): A is W, B is x, C and D are y.
-  const std::uint32_t al_a = std::get<6>(key), al_b = std::get<5>(key),
-                      al_d = std::get<8>(key);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
-                                       sizeof(al_a));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
-                                       sizeof(al_b));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d,
-                                       sizeof(al_d));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d,
-                                       sizeof(al_d));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s.handle, p.desc, p.a, p.b, p.d, p.d,
-                                                           pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (p.ok) p.algo = result.algo;
+  choose_algorithm(s, p, std::get<6>(key), std::get<5>(key), std::get<8>(key));
   return p;
 }
 
@@ -194,27 +113,27 @@ bool linear_epilogue_backend(std::int64_t rows, std::int64_t in, std::int64_t ou
     // Bias and auxiliary pointers have no alignment preference to declare:
     // use the epilogue only where they (and the leading dimensions) are
     // 16-byte aligned, which every tensor-core-friendly shape gives.
-    if (rows == 0 || in % 8 != 0 || out % 8 != 0 || alignment(b) < 16 ||
-        (e == LinearEpilogue::bias_gelu && alignment(pre) < 16))
+    if (rows == 0 || in % 8 != 0 || out % 8 != 0 || pointer_alignment(b) < 16 ||
+        (e == LinearEpilogue::bias_gelu && pointer_alignment(pre) < 16))
       return false;
-    State& s = state();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    ensure_handle(s);
+    std::lock_guard<std::mutex> lock(cublaslt_mutex());
+    CublasLt& s = cublaslt();
     const Key key{type_key<T>(), rows, in, out, int(e),
-                  alignment(x), alignment(w), alignment(b), alignment(y),
-                  e == LinearEpilogue::bias_gelu ? alignment(pre) : 256u};
-    auto it = s.plans.find(key);
-    if (it == s.plans.end()) it = s.plans.emplace(key, make_plan<T>(s, rows, in, out, e, key)).first;
+                  pointer_alignment(x), pointer_alignment(w), pointer_alignment(b),
+                  pointer_alignment(y), e == LinearEpilogue::bias_gelu ? pointer_alignment(pre) : 256u};
+    auto& cache = plan_cache<EpiloguePlans, Key>();
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, make_plan<T>(s, rows, in, out, e, key)).first;
     Plan& p = it->second;
     if (!p.ok) return false;  // no algorithm for this case: the caller's two passes
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)),
+    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof(b)),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     if (e == LinearEpilogue::bias_gelu)
-      check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+      check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                            &pre, sizeof(pre)),
             "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
     const float alpha = 1.f, beta = 0.f;
-    check(cublasLtMatmul(s.handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
+    check_cublas(cublasLtMatmul(s.handle, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo,
                          s.workspace, kCublasWorkspaceBytes,
                          Kokkos::DefaultExecutionSpace().cuda_stream()),
           "cublasLtMatmul");

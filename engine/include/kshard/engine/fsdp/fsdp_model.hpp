@@ -139,8 +139,17 @@ class FsdpModel {
   /// ShardedGroup::grad_stats): feed them to FusedAdam::combine_stats() and
   /// apply() to step without re-reading the gradients.
   GradShardStats local_grad_stats() const;
-  /// Re-derive the low-precision shards the optimizer did not write (fp8_init).
+  /// Re-derive the low-precision shards the optimizer did not write
+  /// (fp8_init); under delayed fp8 scaling, max-reduce this step's amaxes
+  /// over all ranks and move every scale to its history (collective: every
+  /// rank calls it once per optimizer step, skipped steps included).
   void after_optimizer_step();
+  /// Delayed fp8 scaling's state (scales, amax histories, history position;
+  /// Fp8AmaxHistory::state), the same on every rank; empty for other recipes.
+  /// Checkpoints keep it, so a resumed run scales as the uninterrupted one.
+  std::vector<float> fp8_state() const;
+  /// Restores fp8_state(); kshard::Error if it does not fit this model.
+  void set_fp8_state(const std::vector<float>& state);
 
   /// Parameters of the whole model.
   std::int64_t num_parameters() const;
@@ -160,6 +169,7 @@ class FsdpModel {
   std::vector<ShardedGroup> groups_;
   std::unique_ptr<detail::FsdpCoreBase> core_;
   Kokkos::View<double*> stats_total_;  // device scratch of local_grad_stats()
+  std::unique_ptr<Fp8AmaxHistory> fp8_history_;  // delayed fp8 scaling only
 };
 
 }  // namespace kshard

@@ -7,6 +7,8 @@
 //   bf16   bf16                                    bf16           f32           no
 //   fp16   f16                                     f16            f16           dynamic
 //   fp8    e4m3 + one f32 scale per 128-elt block  bf16           f32           no
+//   fp8-current  bf16                               bf16 + fp8 GEMMs f32         no
+//   fp8-delayed  bf16                               bf16 + fp8 GEMMs f32         no
 //
 // Master weights, optimizer state and the sharded gradient are always f32.
 // The compute dtype is FSDP2's param_dtype: layers run in it (parameters and
@@ -18,9 +20,20 @@
 // the sharded parameter itself is kept as fp8 + scales between steps
 // (re-quantized after each optimizer step) and the all-gather sends those
 // bytes as they are; only meaningful for the fp8 recipe.
+//
+// fp8 compute (fp8_compute, nn/fp8_policy.hpp): the Linear products of every
+// layer but a final Linear (the LM head) run on fp8 tensor cores, each operand scaled per
+// tensor. fp8-current is TransformerEngine's Float8CurrentScaling recipe
+// (E4M3 activations and weights, E5M2 gradients, scales from this step's
+// amax). fp8-delayed is TE's DelayedScaling (HYBRID formats; scales from an
+// amax history of fp8_compute.amax_history_len steps, max-reduced across the
+// ranks; the history is model state, kept in checkpoints). Their all-gather
+// is bf16, like bf16's. They need a GPU with fp8 tensor cores (compute
+// capability 8.9+); the host backend emulates them bit for bit.
 #include <string>
 
 #include "kshard/dtype.hpp"
+#include "kshard/engine/nn/fp8_policy.hpp"
 
 namespace kshard {
 
@@ -32,8 +45,9 @@ struct Recipe {
   bool loss_scaling = false;
   bool fp8_init = false;
   int fp8_block = 128;
+  Fp8Policy fp8_compute{};  ///< fp8 GEMMs (none for every recipe but fp8-current)
 
-  /// "fp32", "bf16", "fp16", "fp8"; throws kshard::Error otherwise, or for
+  /// "fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-delayed"; throws kshard::Error otherwise, or for
   /// fp8_init with a recipe other than fp8.
   static Recipe parse(const std::string& name, bool fp8_init = false);
   bool is_fp8() const noexcept { return gather_dtype == DType::e4m3; }

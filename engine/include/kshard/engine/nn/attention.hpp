@@ -71,6 +71,14 @@ class CausalSelfAttention final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  void set_fp8_policy(const Fp8Policy& p) override {
+    qkv_proj_.set_fp8_policy(p);
+    out_proj_.set_fp8_policy(p);
+  }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override {
+    qkv_proj_.fp8_scales(out);
+    out_proj_.fp8_scales(out);
+  }
   /// Points the saved forward input (the qkv projection's, the only user of
   /// it in backward) at `x`, an equal recomputed copy: see Linear::rebind_input.
   void rebind_input(Kokkos::View<const T*> x) { qkv_proj_.rebind_input(x); }

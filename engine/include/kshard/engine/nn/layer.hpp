@@ -58,6 +58,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/engine/nn/fp8_policy.hpp"
 #include "kshard/engine/nn/init.hpp"
 #include "kshard/mesh/buffer_pool.hpp"
 #include "kshard/numeric/compute.hpp"
@@ -112,6 +113,14 @@ class Layer {
   /// gradients accumulate): what lets a loss run the LM head in row chunks
   /// (chunked_cross_entropy.hpp) without keeping all of its output.
   virtual bool rows_independent() const { return false; }
+  /// Sets how this layer's Linear products compute in fp8 (nn/fp8_policy.hpp):
+  /// a Linear in bf16 keeps it, composite layers pass it to their Linears,
+  /// every other layer ignores it. The model calls this from its Recipe.
+  virtual void set_fp8_policy(const Fp8Policy& policy) { (void)policy; }
+  /// Appends the scaling state of this layer's fp8 operands (x, W, dy of
+  /// each Linear that has an fp8 policy) in a fixed order: what the model
+  /// puts under one amax history for delayed scaling.
+  virtual void fp8_scales(std::vector<Fp8Scale*>& out) { (void)out; }
 
   ActShape output_shape(ActShape in) const { return {in.batch, in.seq, out_features()}; }
 };

@@ -29,6 +29,10 @@ class LayerNormLinear final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  void set_fp8_policy(const Fp8Policy& p) override {
+    fc_.set_fp8_policy(p);
+  }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override { fc_.fp8_scales(out); }
   bool rows_independent() const override { return true; }
 
  private:

@@ -31,6 +31,14 @@ class LayerNormMLP final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  void set_fp8_policy(const Fp8Policy& p) override {
+    fc1_.set_fp8_policy(p);
+    fc2_.set_fp8_policy(p);
+  }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override {
+    fc1_.fp8_scales(out);
+    fc2_.fp8_scales(out);
+  }
   bool rows_independent() const override { return true; }
 
  private:

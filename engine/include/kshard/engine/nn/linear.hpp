@@ -7,9 +7,15 @@
 //   fc.forward(x, {batch, seq, 512}, params, y);  // y: [batch*seq, 2048]
 //
 // Backward: dx = dy W, dW += dy^T x, db += column sums of dy: three GEMMs.
+#include <memory>
+
+#include "kshard/engine/kernels/fp8_gemm.hpp"
 #include "kshard/engine/nn/layer.hpp"
 
 namespace kshard {
+namespace detail {
+class Fp8Linear;
+}
 
 template <class T>
 class Linear final : public Layer<T> {
@@ -18,6 +24,7 @@ class Linear final : public Layer<T> {
   using typename Layer<T>::GradViews;
 
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
+  ~Linear() override;
 
   std::string kind() const override { return "Linear"; }
   std::vector<ParamSpec> param_specs() const override;
@@ -31,6 +38,10 @@ class Linear final : public Layer<T> {
                 Kokkos::View<T*> dx) override;
   void release() override;
   bool rows_independent() const override { return true; }
+  /// fp8 products (nn/fp8_policy.hpp) for bf16 T; other T ignore the policy
+  /// (their recipes have no fp8 compute).
+  void set_fp8_policy(const Fp8Policy& policy) override;
+  void fp8_scales(std::vector<Fp8Scale*>& out) override;
   /// forward, then GELU (tanh): pre = x W^T + b (kept by the caller for
   /// GELU's backward), y = gelu(pre). Needs a bias. On CUDA with 16-bit T or f32 one
   /// cuBLASLt call (bias and GELU in the GEMM's epilogue); elsewhere the GEMM
@@ -47,12 +58,19 @@ class Linear final : public Layer<T> {
   void rebind_input(Kokkos::View<const T*> x);
 
  private:
+  // Saves the forward's input and runs it on the fp8 path when the policy
+  // and the shape allow (bf16 T): true when it did.
+  bool save_and_try_fp8(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                        Fp8Epilogue e, Kokkos::View<T*> y, T* pre);
+
   std::int64_t in_, out_;
   bool bias_;
   bool saved_ = false;
   ActShape shape_{};
   Kokkos::View<const T*> x_;  // handle to the forward input
   Kokkos::View<T*> ones_;     // for the bias gradient GEMM
+  std::unique_ptr<detail::Fp8Linear> fp8_;  // set by an fp8 policy (bf16 T only)
+  bool fp8_forward_ = false;                // the saved forward ran in fp8
 };
 
 #define KSHARD_LINEAR_EXTERN(T) extern template class Linear<T>;

@@ -39,6 +39,14 @@ class TransformerLayer final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  void set_fp8_policy(const Fp8Policy& p) override {
+    attn_.set_fp8_policy(p);
+    mlp_.set_fp8_policy(p);
+  }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override {
+    attn_.fp8_scales(out);
+    mlp_.fp8_scales(out);
+  }
 
  private:
   std::int64_t d_;

@@ -1,0 +1,369 @@
+#include "kshard/engine/kernels/fp8_tensor.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "kshard/compat/for_each.hpp"
+#include "kshard/error.hpp"
+#include "kshard/numeric/convert.hpp"
+#include "fp8_scaling.hpp"
+
+namespace kshard {
+namespace {
+
+using Member = Kokkos::TeamPolicy<>::member_type;
+
+// Team shape: explicit on CUDA (Kokkos 3.4's AUTO picks 64-thread teams on
+// sm_90, compat/for_each.hpp), AUTO elsewhere so host kernels keep theirs.
+Kokkos::TeamPolicy<> teams(std::int64_t league) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::TeamPolicy<>(static_cast<int>(league), 256);
+#else
+  return Kokkos::TeamPolicy<>(static_cast<int>(league), Kokkos::AUTO);
+#endif
+}
+
+// Non-negative floats order like their bit patterns, so an amax can be
+// max-folded with an integer atomic (exact, and native on every backend).
+KOKKOS_INLINE_FUNCTION void fold_amax(float* amax, float v) {
+  Kokkos::atomic_fetch_max(reinterpret_cast<unsigned int*>(amax),
+                           static_cast<unsigned int>(numeric_detail::float_bits(v)));
+}
+
+constexpr std::int64_t kAmaxChunk = 256 * 16;  // elements per team
+
+// Tiles of the cast: kTile x kTile elements staged in team scratch so the
+// transposed copy is written along its own rows.
+constexpr int kTile = 64;
+constexpr int kTilePad = kTile + 1;  // no shared-memory bank conflicts on the column walk
+
+template <class Fp8>
+struct CastTiles {
+  Kokkos::View<const bfloat16_t*> x;
+  Kokkos::View<Fp8*> q, qt;
+  float* scale;  // [0] scale_inv, [1] amax
+  std::int64_t rows, cols, tiles_c;
+  bool from_amax, write_q, write_qt;
+
+  using Scratch = Kokkos::View<float**, Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  static std::size_t scratch_bytes() { return Scratch::shmem_size(kTile, kTilePad); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
+    const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
+    Scratch tile(team.team_scratch(0), kTile, kTilePad);
+    float inv;
+    if (from_amax) {
+      const int k = detail::fp8_scale_exponent<Fp8>(scale[2]);
+      inv = detail::fp8_pow2(-k);
+      if (team.league_rank() == 0)
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { scale[0] = detail::fp8_pow2(k); });
+    } else {
+      inv = 1.0f / scale[0];  // exact: a power of two
+    }
+    float local = 0.0f;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, kTile * kTile),
+        [&](const int i, float& m) {
+          const int r = i / kTile, c = i % kTile;
+          const std::int64_t gr = r0 + r, gc = c0 + c;
+          float v = 0.0f;
+          if (gr < rows && gc < cols) {
+            v = to_float(x(gr * cols + gc));
+            if (write_q) q(gr * cols + gc) = detail::fp8_encode_scaled<Fp8>(v, inv);
+          }
+          tile(r, c) = v;
+          const float a = detail::fp8_amax_term(v);
+          if (a > m) m = a;
+        },
+        Kokkos::Max<float>(local));
+    team.team_barrier();
+    if (write_qt) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kTile), [&](const int i) {
+        const int c = i / kTile, r = i % kTile;  // qt row c0 + c, column r0 + r
+        const std::int64_t gr = r0 + r, gc = c0 + c;
+        if (gr < rows && gc < cols)
+          qt(gc * rows + gr) = detail::fp8_encode_scaled<Fp8>(tile(r, c), inv);
+      });
+    }
+    if (!from_amax && local > 0.0f)
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
+  }
+};
+
+// The same cast four elements at a time where rows and cols are multiples
+// of 4 and the buffers are aligned (every fp8 GEMM operand): 8-byte loads of
+// x, 4-byte stores of q and qt, and the tile kept as the encoded bytes, so
+// the transposed pass only gathers them. ncu: the element-wise kernel above
+// moves 1-2 bytes per thread and access, a fraction of the bandwidth.
+template <class Fp8>
+struct CastTiles4 {
+  const std::uint64_t* x;  // [rows, cols / 4] chunks of four bf16
+  std::uint32_t *q, *qt;   // [rows, cols / 4] and [cols, rows / 4] chunks of four fp8
+  float* scale;
+  std::int64_t rows, cols, tiles_c;
+  bool from_amax;
+
+  static constexpr int kChunks = kTile / 4;  // chunks per tile row
+  using Scratch = Kokkos::View<std::uint8_t**, Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  static std::size_t scratch_bytes() { return Scratch::shmem_size(kTile, kTile + 4); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
+    const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
+    Scratch tile(team.team_scratch(0), kTile, kTile + 4);
+    float inv;
+    if (from_amax) {
+      const int k = detail::fp8_scale_exponent<Fp8>(scale[2]);
+      inv = detail::fp8_pow2(-k);
+      if (team.league_rank() == 0)
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { scale[0] = detail::fp8_pow2(k); });
+    } else {
+      inv = 1.0f / scale[0];  // exact: a power of two
+    }
+    float local = 0.0f;
+    compat::team_reduce(
+        team, kTile * kChunks,
+        [&](const int ch, float& m) {
+          const int r = ch / kChunks, c = (ch % kChunks) * 4;
+          const std::int64_t gr = r0 + r, gc = c0 + c;
+          if (gr >= rows || gc >= cols) return;  // a chunk is inside or outside whole
+          const std::uint64_t v = x[(gr * cols + gc) / 4];
+          std::uint32_t packed = 0;
+          for (int e = 0; e < 4; ++e) {
+            const float f = numeric_detail::bits_float(std::uint32_t((v >> (16 * e)) & 0xFFFFu) << 16);
+            const float a = detail::fp8_amax_term(f);
+            if (a > m) m = a;
+            const std::uint8_t b = detail::fp8_encode_scaled<Fp8>(f, inv).bits;
+            tile(r, c + e) = b;
+            packed |= std::uint32_t(b) << (8 * e);
+          }
+          if (q) q[(gr * cols + gc) / 4] = packed;
+        },
+        Kokkos::Max<float>(local));
+    if (qt) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kChunks), [&](const int ch) {
+        const int c = ch / kChunks, r = (ch % kChunks) * 4;  // qt row c0 + c, columns r0 + r..
+        const std::int64_t gr = r0 + r, gc = c0 + c;
+        if (gr >= rows || gc >= cols) return;
+        const std::uint32_t packed = std::uint32_t(tile(r, c)) | std::uint32_t(tile(r + 1, c)) << 8 |
+                                     std::uint32_t(tile(r + 2, c)) << 16 |
+                                     std::uint32_t(tile(r + 3, c)) << 24;
+        qt[(gc * rows + gr) / 4] = packed;
+      });
+    }
+    if (!from_amax && local > 0.0f)
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
+  }
+};
+
+bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+
+template <class Fp8>
+void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<Fp8*> q, Kokkos::View<Fp8*> qt) {
+  const std::string who = std::string("fp8_cast (") + detail::Fp8Traits<Fp8>::name + ")";
+  if (rows < 0 || cols < 0 || std::int64_t(x.extent(0)) != rows * cols)
+    throw Error(who + ": x of " + std::to_string(x.extent(0)) + " elements for [" +
+                    std::to_string(rows) + ", " + std::to_string(cols) + "]",
+                "x with rows x cols elements");
+  const bool write_q = q.extent(0) != 0, write_qt = qt.extent(0) != 0;
+  if (!write_q && !write_qt)
+    throw Error(who + " with no output", "q [rows, cols] and/or qt [cols, rows]");
+  for (auto [name, n] : {std::pair<const char*, std::size_t>{"q", q.extent(0)}, {"qt", qt.extent(0)}})
+    if (n != 0 && std::int64_t(n) != rows * cols)
+      throw Error(who + ": " + name + " of " + std::to_string(n) + " elements",
+                  std::to_string(rows * cols) + " (rows x cols) or 0 (not written)");
+  if (rows * cols == 0) return;
+  const std::int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
+  if (rows % 4 == 0 && cols % 4 == 0 && aligned(x.data(), 8) && aligned(q.data(), 4) &&
+      aligned(qt.data(), 4)) {
+    CastTiles4<Fp8> f{reinterpret_cast<const std::uint64_t*>(x.data()),
+                      write_q ? reinterpret_cast<std::uint32_t*>(q.data()) : nullptr,
+                      write_qt ? reinterpret_cast<std::uint32_t*>(qt.data()) : nullptr,
+                      scale.values().data(), rows, cols, tiles_c, from == Fp8ScaleFrom::amax};
+    Kokkos::parallel_for(
+        std::string("kshard::fp8_cast4_") + detail::Fp8Traits<Fp8>::name,
+        teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles4<Fp8>::scratch_bytes())),
+        f);
+    return;
+  }
+  CastTiles<Fp8> f{x, q, qt, scale.values().data(), rows, cols, tiles_c,
+                   from == Fp8ScaleFrom::amax, write_q, write_qt};
+  Kokkos::parallel_for(
+      std::string("kshard::fp8_cast_") + detail::Fp8Traits<Fp8>::name,
+      teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
+      f);
+}
+
+}  // namespace
+
+Fp8Scale::Fp8Scale(const char* label, Fp8Format format)
+    : v_(std::string(label), kFp8ScaleFloats), format_(format) {
+  Kokkos::deep_copy(Kokkos::subview(v_, 0), 1.0f);
+}
+
+void Fp8Scale::bind(Kokkos::View<float*> slot) {
+  if (slot.extent(0) != kFp8ScaleFloats)
+    throw Error("Fp8Scale::bind to " + std::to_string(slot.extent(0)) + " floats",
+                std::to_string(kFp8ScaleFloats) + " floats");
+  Kokkos::deep_copy(slot, v_);
+  v_ = slot;
+}
+
+Fp8AmaxHistory::Fp8AmaxHistory(const std::vector<Fp8Scale*>& scales, int length, Fp8AmaxAlgo algo)
+    : scales_(scales), length_(length), algo_(algo) {
+  if (length < 1)
+    throw Error("amax history of length " + std::to_string(length), "a length >= 1");
+  const std::size_t n = scales.size();
+  constexpr std::size_t w = kFp8ScaleFloats;
+  values_ = Kokkos::View<float*>("kshard::Fp8AmaxHistory::values", w * n);
+  history_ = Kokkos::View<float*>("kshard::Fp8AmaxHistory::history", n * std::size_t(length));
+  is_e5m2_ = Kokkos::View<std::uint8_t*>("kshard::Fp8AmaxHistory::is_e5m2", n);
+  auto h = Kokkos::create_mirror_view(is_e5m2_);
+  for (std::size_t t = 0; t < n; ++t) {
+    formats_.push_back(scales[t]->format());
+    h(t) = scales[t]->format() == Fp8Format::e5m2 ? 1 : 0;
+    scales[t]->bind(Kokkos::subview(values_, std::make_pair(w * t, w * t + w)));
+  }
+  Kokkos::deep_copy(is_e5m2_, h);
+}
+
+void Fp8AmaxHistory::update() {
+  const std::int64_t n = std::int64_t(size()), len = length_, pos = pos_;
+  const bool use_max = algo_ == Fp8AmaxAlgo::max;
+  auto values = values_;
+  auto history = history_;
+  auto e5 = is_e5m2_;
+  if (n > 0)
+    Kokkos::parallel_for(
+        "kshard::fp8_amax_history_update", Kokkos::RangePolicy<>(0, n),
+        KOKKOS_LAMBDA(const std::int64_t t) {
+          float* h = history.data() + t * len;
+          constexpr std::int64_t w = kFp8ScaleFloats;
+          const float a = values(w * t + 1);
+          h[pos] = a;
+          values(w * t + 1) = 0.0f;
+          float ref = a;
+          if (use_max)
+            for (std::int64_t i = 0; i < len; ++i) ref = h[i] > ref ? h[i] : ref;
+          const int k = e5(t) ? detail::fp8_scale_exponent<float8_e5m2_t>(ref)
+                              : detail::fp8_scale_exponent<float8_e4m3_t>(ref);
+          values(w * t) = detail::fp8_pow2(k);
+        });
+  pos_ = (pos_ + 1) % length_;
+  updated_ = true;
+  for (Fp8Scale* s : scales_) s->set_calibrated(true);
+}
+
+std::vector<float> Fp8AmaxHistory::state() const {
+  auto v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values_);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), history_);
+  std::vector<float> s(v.data(), v.data() + v.extent(0));
+  s.insert(s.end(), h.data(), h.data() + h.extent(0));
+  s.push_back(float(pos_));
+  s.push_back(updated_ ? 1.0f : 0.0f);
+  return s;
+}
+
+void Fp8AmaxHistory::set_state(const std::vector<float>& s) {
+  const std::size_t want = values_.extent(0) + history_.extent(0) + 2;
+  if (s.size() != want)
+    throw Error("fp8 amax history state of " + std::to_string(s.size()) + " values",
+                std::to_string(want) + " (" + std::to_string(size()) + " tensors, history length " +
+                    std::to_string(length_) + ")");
+  const float pos = s[s.size() - 2], updated = s.back();
+  if (updated != 0.0f && updated != 1.0f)
+    throw Error("fp8 amax history 'updated' flag " + std::to_string(updated), "0 or 1");
+  if (!(pos >= 0.0f && pos < float(length_)) || pos != float(int(pos)))
+    throw Error("fp8 amax history position " + std::to_string(pos),
+                "an integer in [0, " + std::to_string(length_) + ")");
+  auto v = Kokkos::create_mirror_view(values_);
+  auto h = Kokkos::create_mirror_view(history_);
+  for (std::size_t i = 0; i < v.extent(0); ++i) v(i) = s[i];
+  for (std::size_t i = 0; i < h.extent(0); ++i) h(i) = s[v.extent(0) + i];
+  Kokkos::deep_copy(values_, v);
+  Kokkos::deep_copy(history_, h);
+  pos_ = int(pos);
+  updated_ = updated == 1.0f;
+  for (Fp8Scale* sc : scales_) sc->set_calibrated(updated_);
+}
+
+float Fp8Scale::scale_inv_host() const {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v_);
+  return h(0);
+}
+float Fp8Scale::amax_host() const {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v_);
+  return h(1);
+}
+
+void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
+  float* s = scale.values().data();
+  const std::int64_t n = std::int64_t(x.extent(0));
+  Kokkos::parallel_for(
+      "kshard::fp8_amax_reset", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) { s[2] = 0.0f; });
+  if (n == 0) return;
+  if (n % 4 == 0 && aligned(x.data(), 8)) {
+    // Four elements per 8-byte load (every fp8 GEMM operand).
+    const auto* x4 = reinterpret_cast<const std::uint64_t*>(x.data());
+    const std::int64_t n4 = n / 4, league4 = (n4 + kAmaxChunk - 1) / kAmaxChunk;
+    Kokkos::parallel_for(
+        "kshard::fp8_amax4", teams(league4), KOKKOS_LAMBDA(const Member& team) {
+          const std::int64_t base = std::int64_t(team.league_rank()) * kAmaxChunk;
+          const std::int64_t len = base + kAmaxChunk < n4 ? kAmaxChunk : n4 - base;
+          float local = 0.0f;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, len),
+              [&](const std::int64_t i, float& m) {
+                const std::uint64_t v = x4[base + i];
+                for (int e = 0; e < 4; ++e) {
+                  const float a = detail::fp8_amax_term(numeric_detail::bits_float(
+                      std::uint32_t((v >> (16 * e)) & 0xFFFFu) << 16));
+                  if (a > m) m = a;
+                }
+              },
+              Kokkos::Max<float>(local));
+          if (local > 0.0f)
+            Kokkos::single(Kokkos::PerTeam(team), [&]() {
+              fold_amax(s + 2, local);
+              fold_amax(s + 1, local);
+            });
+        });
+    return;
+  }
+  const std::int64_t league = (n + kAmaxChunk - 1) / kAmaxChunk;
+  Kokkos::parallel_for(
+      "kshard::fp8_amax", teams(league), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t base = std::int64_t(team.league_rank()) * kAmaxChunk;
+        const std::int64_t len = base + kAmaxChunk < n ? kAmaxChunk : n - base;
+        float local = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, len),
+            [&](const std::int64_t i, float& m) {
+              const float a = detail::fp8_amax_term(to_float(x(base + i)));
+              if (a > m) m = a;
+            },
+            Kokkos::Max<float>(local));
+        if (local > 0.0f)
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            fold_amax(s + 2, local);
+            fold_amax(s + 1, local);
+          });
+      });
+}
+
+void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+              Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e4m3_t*> q,
+              Kokkos::View<float8_e4m3_t*> qt) {
+  cast_impl<float8_e4m3_t>(x, rows, cols, scale, from, q, qt);
+}
+void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+              Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
+              Kokkos::View<float8_e5m2_t*> qt) {
+  cast_impl<float8_e5m2_t>(x, rows, cols, scale, from, q, qt);
+}
+
+}  // namespace kshard

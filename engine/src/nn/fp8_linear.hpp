@@ -1,0 +1,56 @@
+#pragma once
+// The fp8 products of a bf16 Linear (nn/fp8_policy.hpp): quantize the operands
+// per tensor (kernels/fp8_tensor.hpp) and run the three GEMMs on fp8 tensor
+// cores (kernels/fp8_gemm.hpp). Private to the engine: Linear owns one when
+// its policy asks for fp8.
+//
+// forward:  x [rows, in] -> xq (E4M3, own amax), W [out, in] -> wq (E4M3, own
+//           amax); y = xq . wq^T (+ bias, GELU in the epilogue), FAST_ACCUM.
+// Current scaling takes each operand's amax first (one reduction kernel);
+// delayed scaling casts with the scale its history set and the cast records
+// the amax (kernels/fp8_tensor.hpp); before its first history update it
+// scales like current scaling.
+// backward: dy -> dyq [rows, out] and dyq^T [out, rows] (E5M2, one kernel);
+//           W^T and x^T cast with the forward's scales (same values: the
+//           caller hands backward the forward's parameter values and input);
+//           dW += dyq^T . (x^T)^T (f32, beta 1), dx = dyq . (W^T)^T.
+// The fp8 copies are pool scratch for the duration of one call: nothing is
+// kept between forward and backward but the three scales (8 bytes each).
+#include <cstdint>
+
+#include <Kokkos_Core.hpp>
+
+#include "kshard/engine/kernels/fp8_gemm.hpp"
+#include "kshard/engine/kernels/fp8_tensor.hpp"
+#include "kshard/engine/nn/fp8_policy.hpp"
+
+namespace kshard::detail {
+
+class Fp8Linear {
+ public:
+  explicit Fp8Linear(Fp8Policy policy);
+  const Fp8Policy& policy() const { return policy_; }
+  /// x, W, dy: the order Fp8AmaxHistory keeps them in.
+  void scales(std::vector<Fp8Scale*>& out) { out.insert(out.end(), {&sx_, &sw_, &sdy_}); }
+
+  /// Whether the three products of a [rows, in] -> [rows, out] Linear fit the fp8 GEMM.
+  static bool fits(std::int64_t rows, std::int64_t in, std::int64_t out) noexcept;
+
+  /// y = x W^T (+ bias; + GELU with `pre` the pre-activation when e is bias_gelu).
+  void forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
+               std::int64_t out, Kokkos::View<const bfloat16_t*> w, const bfloat16_t* bias,
+               Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre);
+  /// dW += dy^T x (f32), dx = dy W. x and w hold the forward's values.
+  void backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
+                std::int64_t rows, std::int64_t in, std::int64_t out,
+                Kokkos::View<const bfloat16_t*> w, float* dw, bfloat16_t* dx);
+
+ private:
+  // Current scaling: the amax of t into s, cast from it; delayed: the scale as set.
+  Fp8ScaleFrom prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s);
+
+  Fp8Policy policy_;
+  Fp8Scale sx_, sw_, sdy_;
+};
+
+}  // namespace kshard::detail

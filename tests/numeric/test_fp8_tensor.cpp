@@ -1,0 +1,255 @@
+// kshard/engine/kernels/fp8_tensor.hpp (per-tensor scaled fp8 casts) against
+// the scalar reference of fp8_reference.hpp with the whole tensor as one
+// block: q bit for bit, the transposed copy, the scale and the amax, for both
+// formats, tile-straddling shapes, special values, and the delayed-scaling
+// mode (a given scale, saturation, amax folded with a max).
+#include <boost/mpl/list.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+#include "checker.hpp"
+#include "fp8_reference.hpp"
+#include "kshard/engine/kernels/fp8_tensor.hpp"
+#include "kshard/error.hpp"
+#include "kshard/numeric/convert.hpp"
+
+using namespace kshard_test;
+using kshard::bfloat16_t;
+
+namespace {
+
+/// bf16 values of varied magnitude (2^-20 .. 2^20) with zeros and negatives.
+std::vector<float> bf16_values(std::size_t n, std::uint32_t seed, int emin = -20, int emax = 20) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const std::uint32_t r = rng();
+    float f = float(std::ldexp(double(r & 0xFFFF) / 65536.0 + 0.5, emin + int(rng() % (emax - emin + 1))));
+    if ((r >> 16) % 13 == 0) f = 0.0f;
+    if ((r >> 20) & 1) f = -f;
+    x = kshard::to_float(kshard::from_float<bfloat16_t>(f));  // exactly representable
+  }
+  return v;
+}
+
+Kokkos::View<bfloat16_t*> upload(const std::vector<float>& h) {
+  Kokkos::View<bfloat16_t*> d("x", h.size());
+  auto m = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < h.size(); ++i) m(i) = kshard::from_float<bfloat16_t>(h[i]);
+  Kokkos::deep_copy(d, m);
+  return d;
+}
+
+template <class T>
+std::vector<T> download(const Kokkos::View<T*>& d) {
+  auto m = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
+  return std::vector<T>(m.data(), m.data() + m.extent(0));
+}
+
+std::string show(float v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%a", double(v));
+  return b;
+}
+
+/// Casts x [rows, cols] with current scaling (amax pass + cast) and checks q,
+/// qt, scale and amax against the reference.
+template <class Fp8>
+void check_current(const std::vector<float>& xs, std::int64_t rows, std::int64_t cols,
+                   const std::string& what) {
+  const auto x = upload(xs);
+  kshard::Fp8Scale s;
+  Kokkos::View<Fp8*> q("q", xs.size()), qt("qt", xs.size());
+  kshard::fp8_amax(x, s);
+  kshard::fp8_cast(x, rows, cols, s, kshard::Fp8ScaleFrom::amax, q, qt);
+  const RefQuant r = ref_quantize<Fp8>(xs, int(xs.size()));
+  double amax = 0;
+  for (float v : xs)
+    if (std::isfinite(v)) amax = std::max(amax, std::fabs(double(v)));
+  Checker c(std::string(table<Fp8>().fmt.name) + " per-tensor " + what + " [" + std::to_string(rows) + ", " +
+            std::to_string(cols) + "]");
+  const float scale = s.scale_inv_host(), got_amax = s.amax_host();
+  c.check(scale == r.scales.at(0), [&] { return "scale " + show(scale) + ", want " + show(r.scales[0]); });
+  c.check(double(got_amax) == amax, [&] { return "amax " + show(got_amax); });
+  const auto hq = download(q), hqt = download(qt);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const std::size_t k = std::size_t(i * cols + j), t = std::size_t(j * rows + i);
+      c.check(hq[k].bits == r.q[k], [&] {
+        return "q(" + std::to_string(i) + "," + std::to_string(j) + ") of " + show(xs[k]) + " = " +
+               hex(hq[k].bits, 2) + ", want " + hex(r.q[k], 2);
+      });
+      c.check(hqt[t].bits == r.q[k], [&] {
+        return "qt(" + std::to_string(j) + "," + std::to_string(i) + ") = " + hex(hqt[t].bits, 2) +
+               ", want " + hex(r.q[k], 2);
+      });
+    }
+  c.report();
+}
+
+using Fp8Types = boost::mpl::list<kshard::float8_e4m3_t, kshard::float8_e5m2_t>;
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(numeric_fp8_tensor)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(current_scaling_matches_reference, Fp8, Fp8Types) {
+  // Shapes inside one 64x64 tile, exactly one, and straddling tiles both ways;
+  // multiples of 4 take the four-wide kernels, the others the element ones.
+  const std::pair<int, int> shapes[] = {{1, 1}, {3, 5}, {64, 64}, {70, 130}, {128, 256}, {17, 200}};
+  std::uint32_t seed = 1;
+  for (auto [r, c] : shapes)
+    check_current<Fp8>(bf16_values(std::size_t(r) * c, seed++), r, c, "random");
+  // Small and large magnitudes: the scale moves far from 1 both ways.
+  check_current<Fp8>(bf16_values(96 * 80, 40, -60, -50), 96, 80, "tiny values");
+  check_current<Fp8>(bf16_values(96 * 80, 41, 60, 70), 96, 80, "huge values");
+  // bf16 subnormals (float subnormal amax: scale clamped at 2^-126).
+  check_current<Fp8>(bf16_values(32 * 48, 42, -133, -127), 32, 48, "subnormal values");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(special_values, Fp8, Fp8Types) {
+  std::vector<float> xs = bf16_values(40 * 24, 7);
+  const float inf = std::numeric_limits<float>::infinity();
+  xs[3] = std::numeric_limits<float>::quiet_NaN();
+  xs[100] = inf;
+  xs[101] = -inf;
+  xs[500] = -0.0f;
+  check_current<Fp8>(xs, 40, 24, "with NaN, +-inf, -0");
+  // Only non-finite values and zeros: amax 0, scale 1.
+  std::vector<float> bad(16 * 16, 0.0f);
+  bad[0] = inf;
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  check_current<Fp8>(bad, 16, 16, "zeros and non-finite only");
+  check_current<Fp8>(std::vector<float>(32 * 16, 0.0f), 32, 16, "all zero");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(given_scale_saturates_and_folds_amax, Fp8, Fp8Types) {
+  // Delayed scaling: the scale is set beforehand (here by a cast of a tensor
+  // 16x smaller), so the larger tensor's top values saturate; the cast folds
+  // its amax into the state with a max.
+  const std::int64_t rows = 48, cols = 80;
+  std::vector<float> small = bf16_values(std::size_t(rows * cols), 9);
+  std::vector<float> big = small;
+  for (auto& v : big) v *= 16.0f;
+  kshard::Fp8Scale s;
+  Kokkos::View<Fp8*> q("q", small.size()), none;
+  kshard::fp8_amax(upload(small), s);
+  kshard::fp8_cast(upload(small), rows, cols, s, kshard::Fp8ScaleFrom::amax, q, none);
+  const float scale = s.scale_inv_host();
+  kshard::fp8_cast(upload(big), rows, cols, s, kshard::Fp8ScaleFrom::scale, q, none);
+  BOOST_TEST(s.scale_inv_host() == scale);  // unchanged
+  double amax = 0;
+  for (float v : big) amax = std::max(amax, std::fabs(double(v)));
+  BOOST_TEST(double(s.amax_host()) == amax);
+  const RefTable& t = table<Fp8>();
+  const auto hq = download(q);
+  Checker c(std::string(t.fmt.name) + " cast with a given scale (saturating)");
+  for (std::size_t i = 0; i < big.size(); ++i) {
+    const std::uint32_t want = t.encode(double(big[i]) / scale, true);  // saturating
+    c.check(hq[i].bits == want, [&] { return show(big[i]) + " -> " + hex(hq[i].bits, 2); });
+  }
+  c.report();
+  // A second, smaller tensor cast with that scale keeps the larger amax.
+  kshard::fp8_cast(upload(small), rows, cols, s, kshard::Fp8ScaleFrom::scale, q, none);
+  BOOST_TEST(double(s.amax_host()) == amax);
+}
+
+BOOST_AUTO_TEST_CASE(amax_history_sets_delayed_scales) {
+  // Three tensors (E4M3, E5M2, E4M3), history length 3, both algorithms,
+  // against a host model of the history: each step casts one tensor of
+  // amax a(t, step) with the scale the history set, then update().
+  const std::int64_t rows = 16, cols = 16;
+  const double amaxes[5][3] = {{1.0, 3e-3, 0.0}, {40.0, 1e-3, 0.0}, {2.0, 2e-2, 5.0},
+                               {0.5, 1e-3, 0.0}, {0.25, 1e-4, 0.0}};
+  for (auto algo : {kshard::Fp8AmaxAlgo::max, kshard::Fp8AmaxAlgo::most_recent}) {
+    kshard::Fp8Scale a("a", kshard::Fp8Format::e4m3), b("b", kshard::Fp8Format::e5m2),
+        c("c", kshard::Fp8Format::e4m3);
+    kshard::Fp8Scale* all[] = {&a, &b, &c};
+    kshard::Fp8AmaxHistory h({&a, &b, &c}, 3, algo);
+    std::vector<std::vector<double>> hist(3);
+    const double fmax[3] = {448.0, 57344.0, 448.0};
+    Checker chk(std::string("amax history, ") +
+                (algo == kshard::Fp8AmaxAlgo::max ? "max" : "most_recent"));
+    for (int step = 0; step < 5; ++step) {
+      for (int t = 0; t < 3; ++t) {
+        // expected scale in effect for this step
+        double ref = 0;
+        if (!hist[t].empty()) {
+          if (algo == kshard::Fp8AmaxAlgo::max)
+            for (double v : hist[t]) ref = std::max(ref, v);
+          else
+            ref = hist[t].back();
+        }
+        const float want = float(ref_scale(ref, fmax[t]));
+        const float got = all[t]->scale_inv_host();
+        chk.check(got == want, [&] {
+          return "step " + std::to_string(step) + " tensor " + std::to_string(t) + ": scale " +
+                 show(got) + ", want " + show(want);
+        });
+        if (amaxes[step][t] > 0) {
+          std::vector<float> xs(std::size_t(rows * cols), 0.0f);
+          xs[7] = float(-amaxes[step][t]);  // bf16-exact magnitudes
+          xs[8] = float(amaxes[step][t] / 2);
+          if (t == 1) {
+            Kokkos::View<kshard::float8_e5m2_t*> q("q", xs.size()), none;
+            kshard::fp8_cast(upload(xs), rows, cols, *all[t], kshard::Fp8ScaleFrom::scale, q, none);
+          } else {
+            Kokkos::View<kshard::float8_e4m3_t*> q("q", xs.size()), none;
+            kshard::fp8_cast(upload(xs), rows, cols, *all[t], kshard::Fp8ScaleFrom::scale, q, none);
+          }
+        }
+        hist[t].push_back(double(kshard::to_float(kshard::from_float<bfloat16_t>(float(amaxes[step][t])))));
+        if (hist[t].size() > 3) hist[t].erase(hist[t].begin());
+      }
+      h.update();
+      for (int t = 0; t < 3; ++t)
+        chk.check(all[t]->amax_host() == 0.0f, [&] { return "amax not reset by update()"; });
+    }
+    chk.report();
+    // state() round trip: a fresh set with the saved state scales identically.
+    const std::vector<float> st = h.state();
+    BOOST_TEST(st.size() == 3 * 3 + 3 * 3 + 2u);
+    BOOST_TEST(a.calibrated());
+    kshard::Fp8Scale a2("a", kshard::Fp8Format::e4m3), b2("b", kshard::Fp8Format::e5m2),
+        c2("c", kshard::Fp8Format::e4m3);
+    kshard::Fp8AmaxHistory h2({&a2, &b2, &c2}, 3, algo);
+    BOOST_TEST(!a2.calibrated());
+    h2.set_state(st);
+    BOOST_TEST(h2.state() == st);
+    BOOST_TEST(a2.calibrated());
+    BOOST_TEST(b2.scale_inv_host() == b.scale_inv_host());
+    h.update();
+    h2.update();
+    BOOST_TEST(h2.state() == h.state());
+    std::vector<float> bad = st;
+    bad.pop_back();
+    BOOST_CHECK_THROW(h2.set_state(bad), kshard::Error);
+    bad = st;
+    bad[bad.size() - 2] = 3.0f;  // position out of range
+    BOOST_CHECK_THROW(h2.set_state(bad), kshard::Error);
+  }
+  kshard::Fp8Scale x;
+  BOOST_CHECK_THROW(kshard::Fp8AmaxHistory({&x}, 0, kshard::Fp8AmaxAlgo::max), kshard::Error);
+}
+
+BOOST_AUTO_TEST_CASE(bad_sizes_throw) {
+  kshard::Fp8Scale s;
+  Kokkos::View<bfloat16_t*> x("x", 12);
+  Kokkos::View<kshard::float8_e4m3_t*> q("q", 12), wrong("w", 11), none;
+  BOOST_CHECK_THROW(kshard::fp8_cast(x, 3, 5, s, kshard::Fp8ScaleFrom::amax, q, none), kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_cast(x, 3, 4, s, kshard::Fp8ScaleFrom::amax, wrong, none),
+                    kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_cast(x, 3, 4, s, kshard::Fp8ScaleFrom::amax, none, none),
+                    kshard::Error);
+  BOOST_CHECK_NO_THROW(kshard::fp8_cast(x, 3, 4, s, kshard::Fp8ScaleFrom::amax, none, q));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
