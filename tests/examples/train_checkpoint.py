@@ -183,10 +183,10 @@ def test_resume(a):
     run_ok(a, f"{fp8} --steps 3 --save-dir {s5}")
     with open(os.path.join(s5, "step-0000000003", "manifest.json")) as f:
         st = json.load(f).get("fp8_state")
-    # 2 layers x 4 Linears x 3 operands (the head stays bf16): 3 values each,
-    # 4 history slots each, position and flag.
-    expect(st is not None and len(st) == 24 * 3 + 24 * 4 + 2,
-           f"manifest fp8_state has {None if st is None else len(st)} values, expected 170")
+    # 2 layers x 4 Linears x 3 operands (the head stays bf16): a 16-byte slot
+    # of values each, 4 history entries each, position and flag.
+    expect(st is not None and len(st) == 24 * 4 + 24 * 4 + 2,
+           f"manifest fp8_state has {None if st is None else len(st)} values, expected 194")
     out = run_ok(a, f"{fp8} --steps 6 --save-dir {s5} --resume {s5}")
     same_steps(steps_of(out), A5, range(4, 7), "fp8-delayed resume 3 -> 6")
 

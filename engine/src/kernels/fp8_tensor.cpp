@@ -159,6 +159,11 @@ struct CastTiles4 {
   }
 };
 
+// Floats per tensor in Fp8AmaxHistory's buffer: 16 bytes, so every scale
+// pointer a GEMM reads is 16-byte aligned.
+constexpr std::size_t kFp8HistorySlot = 4;
+static_assert(kFp8HistorySlot >= kFp8ScaleFloats, "a slot holds an Fp8Scale");
+
 bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
 template <class Fp8>
@@ -218,7 +223,10 @@ Fp8AmaxHistory::Fp8AmaxHistory(const std::vector<Fp8Scale*>& scales, int length,
   if (length < 1)
     throw Error("amax history of length " + std::to_string(length), "a length >= 1");
   const std::size_t n = scales.size();
-  constexpr std::size_t w = kFp8ScaleFloats;
+  // Slots of 4 floats (kFp8ScaleFloats used, one padding): cuBLASLt refuses
+  // scale pointers that are not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED
+  // from cublasLtMatmul on the H200 with 12-byte slots).
+  constexpr std::size_t w = kFp8HistorySlot;
   values_ = Kokkos::View<float*>("kshard::Fp8AmaxHistory::values", w * n);
   history_ = Kokkos::View<float*>("kshard::Fp8AmaxHistory::history", n * std::size_t(length));
   is_e5m2_ = Kokkos::View<std::uint8_t*>("kshard::Fp8AmaxHistory::is_e5m2", n);
@@ -226,7 +234,7 @@ Fp8AmaxHistory::Fp8AmaxHistory(const std::vector<Fp8Scale*>& scales, int length,
   for (std::size_t t = 0; t < n; ++t) {
     formats_.push_back(scales[t]->format());
     h(t) = scales[t]->format() == Fp8Format::e5m2 ? 1 : 0;
-    scales[t]->bind(Kokkos::subview(values_, std::make_pair(w * t, w * t + w)));
+    scales[t]->bind(Kokkos::subview(values_, std::make_pair(w * t, w * t + kFp8ScaleFloats)));
   }
   Kokkos::deep_copy(is_e5m2_, h);
 }
@@ -242,7 +250,7 @@ void Fp8AmaxHistory::update() {
         "kshard::fp8_amax_history_update", Kokkos::RangePolicy<>(0, n),
         KOKKOS_LAMBDA(const std::int64_t t) {
           float* h = history.data() + t * len;
-          constexpr std::int64_t w = kFp8ScaleFloats;
+          constexpr std::int64_t w = kFp8HistorySlot;
           const float a = values(w * t + 1);
           h[pos] = a;
           values(w * t + 1) = 0.0f;
