@@ -99,7 +99,8 @@ class Fp8AmaxHistory {
   std::size_t size() const noexcept { return formats_.size(); }
   int length() const noexcept { return length_; }
 
-  /// The kFp8ScaleFloats values of every tensor, contiguous: an all-reduce
+  /// Every tensor's values, in 16-byte slots (kFp8ScaleFloats used: cuBLASLt
+  /// wants 16-byte aligned scale pointers), contiguous: an all-reduce
   /// with max makes the amaxes agree across ranks (the scales already do,
   /// once calibrated; update() overwrites them anyway).
   Kokkos::View<float*> amax_and_scales() const { return values_; }
@@ -108,7 +109,7 @@ class Fp8AmaxHistory {
   /// kernel, nothing waits.
   void update();
 
-  /// Everything, for checkpoints: kFp8ScaleFloats x size values, the histories
+  /// Everything, for checkpoints: the slots (4 floats x size), the histories
   /// (size x length), the next history slot and whether an update ran (1/0).
   /// Fences.
   std::vector<float> state() const;
