@@ -37,6 +37,18 @@ constexpr std::int64_t kAmaxChunk = 256 * 16;  // elements per team
 constexpr int kTile = 64;
 constexpr int kTilePad = kTile + 1;  // no shared-memory bank conflicts on the column walk
 
+// 1/s for a cast: from the last amax (current scaling; team 0 also stores s
+// as scale_inv for the GEMM) or the scale as set (delayed; exact, s is a
+// power of two).
+template <class Fp8>
+KOKKOS_INLINE_FUNCTION float cast_inverse_scale(const Member& team, float* scale, bool from_amax) {
+  if (!from_amax) return 1.0f / scale[0];
+  const int k = detail::fp8_scale_exponent<Fp8>(scale[2]);
+  if (team.league_rank() == 0)
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { scale[0] = detail::fp8_pow2(k); });
+  return detail::fp8_pow2(-k);
+}
+
 template <class Fp8>
 struct CastTiles {
   Kokkos::View<const bfloat16_t*> x;
@@ -53,15 +65,7 @@ struct CastTiles {
     const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
     const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
     Scratch tile(team.team_scratch(0), kTile, kTilePad);
-    float inv;
-    if (from_amax) {
-      const int k = detail::fp8_scale_exponent<Fp8>(scale[2]);
-      inv = detail::fp8_pow2(-k);
-      if (team.league_rank() == 0)
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { scale[0] = detail::fp8_pow2(k); });
-    } else {
-      inv = 1.0f / scale[0];  // exact: a power of two
-    }
+    const float inv = cast_inverse_scale<Fp8>(team, scale, from_amax);
     float local = 0.0f;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, kTile * kTile),
@@ -114,15 +118,7 @@ struct CastTiles4 {
     const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
     const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
     Scratch tile(team.team_scratch(0), kTile, kTile + 4);
-    float inv;
-    if (from_amax) {
-      const int k = detail::fp8_scale_exponent<Fp8>(scale[2]);
-      inv = detail::fp8_pow2(-k);
-      if (team.league_rank() == 0)
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { scale[0] = detail::fp8_pow2(k); });
-    } else {
-      inv = 1.0f / scale[0];  // exact: a power of two
-    }
+    const float inv = cast_inverse_scale<Fp8>(team, scale, from_amax);
     float local = 0.0f;
     compat::team_reduce(
         team, kTile * kChunks,

@@ -92,4 +92,13 @@ void choose_algorithm(CublasLt& s, LtPlan& p, std::uint32_t align_a, std::uint32
   if (p.ok) p.algo = result.algo;
 }
 
+void create_tn_desc(LtPlan& p, cublasComputeType_t compute) {
+  check_cublas(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+               "cublasLtMatmulDescSetAttribute(TRANSA)");
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+               "cublasLtMatmulDescSetAttribute(TRANSB)");
+}
+
 }  // namespace kshard::detail

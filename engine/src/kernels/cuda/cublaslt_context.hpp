@@ -42,6 +42,10 @@ struct LtPlan {
   bool ok = false;  ///< the heuristic found an algorithm
 };
 
+/// Creates p.desc for D = op(A) op(B) with A transposed and B not (the "TN"
+/// form both cuBLASLt users map their row-major products to), f32 scales.
+void create_tn_desc(LtPlan& p, cublasComputeType_t compute);
+
 /// Destroys the plan's descriptors (the null ones skipped).
 void destroy(LtPlan& p);
 

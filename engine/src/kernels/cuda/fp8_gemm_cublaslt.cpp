@@ -42,13 +42,7 @@ Plan make_plan(CublasLt& s, std::int64_t m, std::int64_t n, std::int64_t k, cons
                const Fp8Operand& b, const Fp8GemmOptions& opt, const Key& key) {
   constexpr bool f32 = std::is_same_v<TC, float>;
   Plan p;
-  check_cublas(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-               "cublasLtMatmulDescCreate");
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
-               "cublasLtMatmulDescSetAttribute(TRANSA)");
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
-               "cublasLtMatmulDescSetAttribute(TRANSB)");
+  create_tn_desc(p, CUBLAS_COMPUTE_32F);
   const std::int8_t fast = opt.fast_accum ? 1 : 0;
   check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                               sizeof(fast)),

@@ -71,13 +71,7 @@ Plan make_plan(CublasLt& s, std::int64_t rows, std::int64_t in, std::int64_t out
                LinearEpilogue e, const Key& key) {
   Plan p;
   const cudaDataType_t t = cuda_type<T>();
-  check_cublas(cublasLtMatmulDescCreate(&p.desc, compute_type<T>(), CUDA_R_32F),
-        "cublasLtMatmulDescCreate");
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
-        "cublasLtMatmulDescSetAttribute(TRANSA)");
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
-        "cublasLtMatmulDescSetAttribute(TRANSB)");
+  create_tn_desc(p, compute_type<T>());
   const cublasLtEpilogue_t epi =
       e == LinearEpilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
