@@ -72,6 +72,8 @@ def main():
     ap.add_argument("--step", type=int, default=2, help="which step (1-based)")
     ap.add_argument("--json", help="write the breakdown here")
     ap.add_argument("--top", type=int, default=12, help="longest kernels to list")
+    ap.add_argument("--names", type=int, default=0,
+                    help="also list the N kernel names with the most time summed over the step")
     a = ap.parse_args()
     rows = read(a.csv)
     if not rows:
@@ -97,6 +99,14 @@ def main():
     print("longest kernels:")
     for _, n, ms in sorted(step, key=lambda r: -r[2])[: a.top]:
         print(f"  {ms:8.3f} ms  {n[:110]}")
+    if a.names:
+        by_name = defaultdict(lambda: [0.0, 0])
+        for _, n, ms in step:
+            by_name[n[:110]][0] += ms
+            by_name[n[:110]][1] += 1
+        print("kernel names by summed time:")
+        for n, (ms, k) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: a.names]:
+            print(f"  {ms:8.3f} ms  {k:5d}x  {n}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"step": a.step, "kernels": len(step), "total_ms": total,

@@ -64,6 +64,7 @@
 #include "kshard/mesh/session.hpp"
 #include "kshard/optim/fused_adam.hpp"
 #include "kshard/train/memory_estimate.hpp"
+#include "kshard/train/profiler_range.hpp"
 #include "kshard/train/token_file.hpp"
 #include "kshard/train/trainer.hpp"
 #include "markov_task.hpp"
@@ -418,6 +419,8 @@ int run(kshard::Session& session, int argc, char** argv) {
     if (inject_here)
       throw kshard::Error("injected failure (KSHARD_TRAIN_INJECT_ERROR) at step 1",
                           "no KSHARD_TRAIN_INJECT_ERROR in a real run");
+    kshard::ProfilerRange profiled;
+    if (step + 1 == o.profile_step) profiled.start();
     kshard::StepReport r;
     bool diverged = false;
     std::unique_ptr<kshard::TrainingDiverged> stop;
@@ -431,6 +434,7 @@ int run(kshard::Session& session, int argc, char** argv) {
     }
     Kokkos::fence();
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    profiled.stop();
     // Library workspaces (cuBLAS / cuBLASLt) are kept outside peak_bytes; a step
     // needs them, so they count (as in torch.cuda.max_memory_allocated).
     const auto mem_now = kshard::memory::stats();

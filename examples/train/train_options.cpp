@@ -179,7 +179,11 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     ("loss-chunk-mib", po::value<int>(&o.loss_chunk_mib)->default_value(o.loss_chunk_mib),
      "run the LM head and the loss in row chunks of at most N MiB of logits, never keeping all "
      "of them (0: keep the whole logits)")
-    ("bench", po::bool_switch(&o.bench), "also print a machine-readable BENCH {json} line");
+    ("bench", po::bool_switch(&o.bench), "also print a machine-readable BENCH {json} line")
+    ("profile-step", po::value<int>(&o.profile_step)->default_value(o.profile_step),
+     "profile step N alone (as printed, 1-based; 0: none): on CUDA the step is wrapped in "
+     "cudaProfilerStart/Stop for `ncu --profile-from-start off` or `nsys profile "
+     "--capture-range cudaProfilerApi`");
   // clang-format on
 
   po::variables_map vm;
@@ -244,6 +248,7 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   if (o.data_dtype != "uint16" && o.data_dtype != "uint32")
     throw OptionError("--data-dtype '" + o.data_dtype + "' is unknown; expected uint16 or uint32");
   check_range("eval-every", o.eval_every, 0, 100000000);
+  check_range("profile-step", o.profile_step, 0, o.steps);
   check_range("eval-batches", o.eval_batches, 1, 1 << 20);
   if ((o.eval_every > 0 || o.eval_only) && o.val_data.empty())
     throw OptionError(std::string(o.eval_only ? "--eval-only" : "--eval-every") +

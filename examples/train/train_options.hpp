@@ -68,6 +68,7 @@ struct TrainOptions {
   /// MiB of logits per chunk of the LM head + loss (FsdpOptions::loss_chunk_bytes; 0: keep all)
   int loss_chunk_mib = 256;
   bool bench = false;  ///< also print one machine-readable "BENCH {json}" line
+  int profile_step = 0;  ///< open a device profiler's window around this step (1-based; 0: none)
 };
 
 struct ParsedOptions {
