@@ -70,6 +70,12 @@ void check_current(const std::vector<float>& xs, std::int64_t rows, std::int64_t
   Kokkos::View<Fp8*> q("q", xs.size()), qt("qt", xs.size());
   kshard::fp8_amax(x, s);
   kshard::fp8_cast(x, rows, cols, s, kshard::Fp8ScaleFrom::amax, q, qt);
+  // The row-major copy alone takes another kernel (a flat stream where the
+  // size allows): it must give the same bytes.
+  kshard::Fp8Scale s_rows;
+  Kokkos::View<Fp8*> q_rows("q_rows", xs.size());
+  kshard::fp8_amax(x, s_rows);
+  kshard::fp8_cast(x, rows, cols, s_rows, kshard::Fp8ScaleFrom::amax, q_rows, {});
   const RefQuant r = ref_quantize<Fp8>(xs, int(xs.size()));
   double amax = 0;
   for (float v : xs)
@@ -79,13 +85,18 @@ void check_current(const std::vector<float>& xs, std::int64_t rows, std::int64_t
   const float scale = s.scale_inv_host(), got_amax = s.amax_host();
   c.check(scale == r.scales.at(0), [&] { return "scale " + show(scale) + ", want " + show(r.scales[0]); });
   c.check(double(got_amax) == amax, [&] { return "amax " + show(got_amax); });
-  const auto hq = download(q), hqt = download(qt);
+  const auto hq = download(q), hqt = download(qt), hq_rows = download(q_rows);
+  c.check(s_rows.scale_inv_host() == scale, [&] { return "scale of the row-only cast differs"; });
   for (std::int64_t i = 0; i < rows; ++i)
     for (std::int64_t j = 0; j < cols; ++j) {
       const std::size_t k = std::size_t(i * cols + j), t = std::size_t(j * rows + i);
       c.check(hq[k].bits == r.q[k], [&] {
         return "q(" + std::to_string(i) + "," + std::to_string(j) + ") of " + show(xs[k]) + " = " +
                hex(hq[k].bits, 2) + ", want " + hex(r.q[k], 2);
+      });
+      c.check(hq_rows[k].bits == r.q[k], [&] {
+        return "row-only q(" + std::to_string(i) + "," + std::to_string(j) + ") = " +
+               hex(hq_rows[k].bits, 2) + ", want " + hex(r.q[k], 2);
       });
       c.check(hqt[t].bits == r.q[k], [&] {
         return "qt(" + std::to_string(j) + "," + std::to_string(i) + ") = " + hex(hqt[t].bits, 2) +
@@ -103,8 +114,11 @@ BOOST_AUTO_TEST_SUITE(numeric_fp8_tensor)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(current_scaling_matches_reference, Fp8, Fp8Types) {
   // Shapes inside one 64x64 tile, exactly one, and straddling tiles both ways;
-  // multiples of 4 take the four-wide kernels, the others the element ones.
-  const std::pair<int, int> shapes[] = {{1, 1}, {3, 5}, {64, 64}, {70, 130}, {128, 256}, {17, 200}};
+  // multiples of 8 take the eight-wide kernels, the others the element ones
+  // ({68, 132}: multiples of 4 only; {17, 200}: a flat stream of whole
+  // vectors for the row-only cast, element-wise for the transposed one).
+  const std::pair<int, int> shapes[] = {{1, 1},    {3, 5},     {64, 64},  {70, 130},
+                                        {128, 256}, {17, 200}, {72, 136}, {68, 132}, {8, 8}};
   std::uint32_t seed = 1;
   for (auto [r, c] : shapes)
     check_current<Fp8>(bf16_values(std::size_t(r) * c, seed++), r, c, "random");

@@ -96,60 +96,102 @@ struct CastTiles {
   }
 };
 
-// The same cast four elements at a time where rows and cols are multiples
-// of 4 and the buffers are aligned (every fp8 GEMM operand): 8-byte loads of
-// x, 4-byte stores of q and qt, and the tile kept as the encoded bytes, so
-// the transposed pass only gathers them. ncu: the element-wise kernel above
-// moves 1-2 bytes per thread and access, a fraction of the bandwidth.
+// Eight bf16 in one 16-byte load: the vector kernels below move 16 bytes per
+// load and 8 per store (ncu on the H200: a cast that moved 8 bytes per load
+// and thread left most of the bandwidth unused).
+struct alignas(16) Bf16x8 {
+  std::uint64_t lo, hi;
+};
+
+KOKKOS_INLINE_FUNCTION float bf16_lane(const Bf16x8& v, int e) {
+  const std::uint64_t w = e < 4 ? v.lo : v.hi;
+  return numeric_detail::bits_float(std::uint32_t((w >> (16 * (e & 3))) & 0xFFFFu) << 16);
+}
+
+/// Encodes the eight values of v, folds their amax into m; bytes[e] = lane e.
 template <class Fp8>
-struct CastTiles4 {
-  const std::uint64_t* x;  // [rows, cols / 4] chunks of four bf16
-  std::uint32_t *q, *qt;   // [rows, cols / 4] and [cols, rows / 4] chunks of four fp8
+KOKKOS_INLINE_FUNCTION std::uint64_t encode8(const Bf16x8& v, float inv, float& m) {
+  std::uint64_t packed = 0;
+  for (int e = 0; e < 8; ++e) {
+    const float f = bf16_lane(v, e);
+    const float a = detail::fp8_amax_term(f);
+    if (a > m) m = a;
+    packed |= std::uint64_t(detail::fp8_encode_scaled<Fp8>(f, inv).bits) << (8 * e);
+  }
+  return packed;
+}
+
+// The row-major cast alone (no transposed copy) as a flat stream: each team
+// takes kStreamChunk vectors of eight elements.
+constexpr std::int64_t kStreamChunk = 256 * 4;
+
+template <class Fp8>
+struct CastStream8 {
+  const Bf16x8* x;      // n / 8 vectors
+  std::uint64_t* q;     // n / 8 groups of eight fp8
+  float* scale;
+  std::int64_t vectors;
+  bool from_amax;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t base = std::int64_t(team.league_rank()) * kStreamChunk;
+    const std::int64_t len = base + kStreamChunk < vectors ? kStreamChunk : vectors - base;
+    const float inv = cast_inverse_scale<Fp8>(team, scale, from_amax);
+    float local = 0.0f;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, len),
+        [&](const std::int64_t i, float& m) { q[base + i] = encode8<Fp8>(x[base + i], inv, m); },
+        Kokkos::Max<float>(local));
+    if (!from_amax && local > 0.0f)
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
+  }
+};
+
+// The cast with its transposed copy (and the row-major one if asked), eight
+// elements at a time where rows and cols are multiples of 8 and the buffers
+// aligned (every fp8 GEMM operand: multiples of 16). A 64 x 64 tile is read in
+// 16-byte rows of eight and its encoded bytes are stored transposed in team
+// scratch, so the qt pass reads each 8-byte output from one scratch row.
+template <class Fp8>
+struct CastTiles8 {
+  const Bf16x8* x;           // [rows, cols / 8]
+  std::uint64_t *q, *qt;     // [rows, cols / 8] and [cols, rows / 8] groups of eight fp8
   float* scale;
   std::int64_t rows, cols, tiles_c;
   bool from_amax;
 
-  static constexpr int kChunks = kTile / 4;  // chunks per tile row
-  using Scratch = Kokkos::View<std::uint8_t**, Kokkos::DefaultExecutionSpace::scratch_memory_space,
+  static constexpr int kVectors = kTile / 8;  // vectors per tile row
+  // Rows of 72 bytes: 8-byte aligned for the qt reads.
+  static constexpr int kStride = kTile + 8;
+  // LayoutRight: a scratch row (one column of the tile) is contiguous.
+  using Scratch = Kokkos::View<std::uint8_t**, Kokkos::LayoutRight,
+                               Kokkos::DefaultExecutionSpace::scratch_memory_space,
                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  static std::size_t scratch_bytes() { return Scratch::shmem_size(kTile, kTile + 4); }
+  static std::size_t scratch_bytes() { return Scratch::shmem_size(kTile, kStride); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
     const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
-    Scratch tile(team.team_scratch(0), kTile, kTile + 4);
+    Scratch tile_t(team.team_scratch(0), kTile, kStride);  // [column][row] of the tile
     const float inv = cast_inverse_scale<Fp8>(team, scale, from_amax);
     float local = 0.0f;
     compat::team_reduce(
-        team, kTile * kChunks,
-        [&](const int ch, float& m) {
-          const int r = ch / kChunks, c = (ch % kChunks) * 4;
+        team, kTile * kVectors,
+        [&](const int v, float& m) {
+          const int r = v / kVectors, c = (v % kVectors) * 8;
           const std::int64_t gr = r0 + r, gc = c0 + c;
-          if (gr >= rows || gc >= cols) return;  // a chunk is inside or outside whole
-          const std::uint64_t v = x[(gr * cols + gc) / 4];
-          std::uint32_t packed = 0;
-          for (int e = 0; e < 4; ++e) {
-            const float f = numeric_detail::bits_float(std::uint32_t((v >> (16 * e)) & 0xFFFFu) << 16);
-            const float a = detail::fp8_amax_term(f);
-            if (a > m) m = a;
-            const std::uint8_t b = detail::fp8_encode_scaled<Fp8>(f, inv).bits;
-            tile(r, c + e) = b;
-            packed |= std::uint32_t(b) << (8 * e);
-          }
-          if (q) q[(gr * cols + gc) / 4] = packed;
+          if (gr >= rows || gc >= cols) return;  // a vector is inside or outside whole
+          const std::uint64_t packed = encode8<Fp8>(x[(gr * cols + gc) / 8], inv, m);
+          for (int e = 0; e < 8; ++e) tile_t(c + e, r) = std::uint8_t(packed >> (8 * e));
+          if (q) q[(gr * cols + gc) / 8] = packed;
         },
         Kokkos::Max<float>(local));
-    if (qt) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kChunks), [&](const int ch) {
-        const int c = ch / kChunks, r = (ch % kChunks) * 4;  // qt row c0 + c, columns r0 + r..
-        const std::int64_t gr = r0 + r, gc = c0 + c;
-        if (gr >= rows || gc >= cols) return;
-        const std::uint32_t packed = std::uint32_t(tile(r, c)) | std::uint32_t(tile(r + 1, c)) << 8 |
-                                     std::uint32_t(tile(r + 2, c)) << 16 |
-                                     std::uint32_t(tile(r + 3, c)) << 24;
-        qt[(gc * rows + gr) / 4] = packed;
-      });
-    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kVectors), [&](const int v) {
+      const int c = v / kVectors, r = (v % kVectors) * 8;  // qt row c0 + c, columns r0 + r..
+      const std::int64_t gr = r0 + r, gc = c0 + c;
+      if (gr >= rows || gc >= cols) return;
+      qt[(gc * rows + gr) / 8] = *reinterpret_cast<const std::uint64_t*>(&tile_t(c, r));
+    });
     if (!from_amax && local > 0.0f)
       Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
   }
@@ -179,15 +221,23 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
                   std::to_string(rows * cols) + " (rows x cols) or 0 (not written)");
   if (rows * cols == 0) return;
   const std::int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
-  if (rows % 4 == 0 && cols % 4 == 0 && aligned(x.data(), 8) && aligned(q.data(), 4) &&
-      aligned(qt.data(), 4)) {
-    CastTiles4<Fp8> f{reinterpret_cast<const std::uint64_t*>(x.data()),
-                      write_q ? reinterpret_cast<std::uint32_t*>(q.data()) : nullptr,
-                      write_qt ? reinterpret_cast<std::uint32_t*>(qt.data()) : nullptr,
-                      scale.values().data(), rows, cols, tiles_c, from == Fp8ScaleFrom::amax};
+  const bool from_amax = from == Fp8ScaleFrom::amax;
+  float* sv = scale.values().data();
+  const auto* x8 = reinterpret_cast<const Bf16x8*>(x.data());
+  if (!write_qt && (rows * cols) % 8 == 0 && aligned(x.data(), 16) && aligned(q.data(), 8)) {
+    const std::int64_t vectors = rows * cols / 8;
+    CastStream8<Fp8> f{x8, reinterpret_cast<std::uint64_t*>(q.data()), sv, vectors, from_amax};
+    Kokkos::parallel_for(std::string("kshard::fp8_cast_stream8_") + detail::Fp8Traits<Fp8>::name,
+                         teams((vectors + kStreamChunk - 1) / kStreamChunk), f);
+    return;
+  }
+  if (write_qt && rows % 8 == 0 && cols % 8 == 0 && aligned(x.data(), 16) &&
+      aligned(q.data(), 8) && aligned(qt.data(), 8)) {
+    CastTiles8<Fp8> f{x8, write_q ? reinterpret_cast<std::uint64_t*>(q.data()) : nullptr,
+                      reinterpret_cast<std::uint64_t*>(qt.data()), sv, rows, cols, tiles_c, from_amax};
     Kokkos::parallel_for(
-        std::string("kshard::fp8_cast4_") + detail::Fp8Traits<Fp8>::name,
-        teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles4<Fp8>::scratch_bytes())),
+        std::string("kshard::fp8_cast_tiles8_") + detail::Fp8Traits<Fp8>::name,
+        teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles8<Fp8>::scratch_bytes())),
         f);
     return;
   }
@@ -310,22 +360,21 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
   Kokkos::parallel_for(
       "kshard::fp8_amax_reset", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) { s[2] = 0.0f; });
   if (n == 0) return;
-  if (n % 4 == 0 && aligned(x.data(), 8)) {
-    // Four elements per 8-byte load (every fp8 GEMM operand).
-    const auto* x4 = reinterpret_cast<const std::uint64_t*>(x.data());
-    const std::int64_t n4 = n / 4, league4 = (n4 + kAmaxChunk - 1) / kAmaxChunk;
+  if (n % 8 == 0 && aligned(x.data(), 16)) {
+    // Eight elements per 16-byte load (every fp8 GEMM operand).
+    const auto* x8 = reinterpret_cast<const Bf16x8*>(x.data());
+    const std::int64_t n8 = n / 8, league8 = (n8 + kAmaxChunk - 1) / kAmaxChunk;
     Kokkos::parallel_for(
-        "kshard::fp8_amax4", teams(league4), KOKKOS_LAMBDA(const Member& team) {
+        "kshard::fp8_amax8", teams(league8), KOKKOS_LAMBDA(const Member& team) {
           const std::int64_t base = std::int64_t(team.league_rank()) * kAmaxChunk;
-          const std::int64_t len = base + kAmaxChunk < n4 ? kAmaxChunk : n4 - base;
+          const std::int64_t len = base + kAmaxChunk < n8 ? kAmaxChunk : n8 - base;
           float local = 0.0f;
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, len),
               [&](const std::int64_t i, float& m) {
-                const std::uint64_t v = x4[base + i];
-                for (int e = 0; e < 4; ++e) {
-                  const float a = detail::fp8_amax_term(numeric_detail::bits_float(
-                      std::uint32_t((v >> (16 * e)) & 0xFFFFu) << 16));
+                const Bf16x8 v = x8[base + i];
+                for (int e = 0; e < 8; ++e) {
+                  const float a = detail::fp8_amax_term(bf16_lane(v, e));
                   if (a > m) m = a;
                 }
               },
