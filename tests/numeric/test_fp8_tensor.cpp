@@ -254,6 +254,66 @@ BOOST_AUTO_TEST_CASE(amax_history_sets_delayed_scales) {
   BOOST_CHECK_THROW(kshard::Fp8AmaxHistory({&x}, 0, kshard::Fp8AmaxAlgo::max), kshard::Error);
 }
 
+// fp8_cast_dbias: the same bytes as fp8_cast, and dbias += the column sums of
+// dy. Bound: each column is summed in f32 (64-row tiles, 16-row groups), so
+// |got - exact| <= rows * 2^-24 * sum |dy| over the column (the textbook
+// bound for recursive f32 summation, plus the one rounding of the +=).
+BOOST_AUTO_TEST_CASE(cast_dbias_sums_columns) {
+  using E5 = kshard::float8_e5m2_t;
+  const std::pair<int, int> shapes[] = {{72, 136}, {70, 130}, {200, 64}, {8, 8}, {256, 48}};
+  std::uint32_t seed = 100;
+  for (auto [rows, cols] : shapes) {
+    const auto xs = bf16_values(std::size_t(rows) * cols, seed++, -10, 4);
+    const auto x = upload(xs);
+    kshard::Fp8Scale s_ref("ref", kshard::Fp8Format::e5m2), s("dbias", kshard::Fp8Format::e5m2);
+    Kokkos::View<E5*> q_ref("q_ref", xs.size()), qt_ref("qt_ref", xs.size()), q("q", xs.size()),
+        qt("qt", xs.size());
+    kshard::fp8_amax(x, s_ref);
+    kshard::fp8_cast(x, rows, cols, s_ref, kshard::Fp8ScaleFrom::amax, q_ref, qt_ref);
+    std::vector<float> start(static_cast<std::size_t>(cols));
+    for (int c = 0; c < cols; ++c) start[std::size_t(c)] = 0.25f * float(c % 7) - 0.5f;
+    Kokkos::View<float*> db("db", cols), partials("partials", kshard::fp8_column_sum_partials(rows, cols));
+    {
+      auto h = Kokkos::create_mirror_view(db);
+      for (int c = 0; c < cols; ++c) h(c) = start[std::size_t(c)];
+      Kokkos::deep_copy(db, h);
+    }
+    kshard::fp8_amax(x, s);
+    kshard::fp8_cast_dbias(x, rows, cols, s, kshard::Fp8ScaleFrom::amax, q, qt, db, partials);
+    Checker c("fp8_cast_dbias [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    const auto hq = download(q), hqt = download(qt), hq_ref = download(q_ref), hqt_ref = download(qt_ref);
+    for (std::size_t i = 0; i < hq.size(); ++i) {
+      c.check(hq[i].bits == hq_ref[i].bits, [&] { return "q[" + std::to_string(i) + "] differs from fp8_cast's"; });
+      c.check(hqt[i].bits == hqt_ref[i].bits, [&] { return "qt[" + std::to_string(i) + "] differs from fp8_cast's"; });
+    }
+    const auto hdb = download(db);
+    for (int col = 0; col < cols; ++col) {
+      double exact = start[std::size_t(col)], mag = std::fabs(exact);
+      for (int r = 0; r < rows; ++r) {
+        exact += xs[std::size_t(r) * cols + col];
+        mag += std::fabs(xs[std::size_t(r) * cols + col]);
+      }
+      const double bound = (rows + 1) * std::ldexp(mag, -24) + 1e-30;
+      c.check(std::fabs(hdb[std::size_t(col)] - exact) <= bound, [&] {
+        return "dbias[" + std::to_string(col) + "] = " + show(hdb[std::size_t(col)]) + ", exact " +
+               std::to_string(exact) + ", bound " + std::to_string(bound);
+      });
+    }
+    c.report();
+  }
+  // Sizes: dbias must have cols floats and partials enough room.
+  kshard::Fp8Scale s("bad", kshard::Fp8Format::e5m2);
+  Kokkos::View<bfloat16_t*> x("x", 64 * 16);
+  Kokkos::View<E5*> q("q", 64 * 16), none;
+  Kokkos::View<float*> db("db", 16), short_db("short", 15), partials("p", 16), few("few", 15);
+  BOOST_CHECK_THROW(kshard::fp8_cast_dbias(x, 64, 16, s, kshard::Fp8ScaleFrom::amax, q, none, short_db, partials),
+                    kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_cast_dbias(x, 64, 16, s, kshard::Fp8ScaleFrom::amax, q, none, db, few),
+                    kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_cast_dbias(x, 64, 16, s, kshard::Fp8ScaleFrom::amax, q, none, {}, partials),
+                    kshard::Error);
+}
+
 BOOST_AUTO_TEST_CASE(bad_sizes_throw) {
   kshard::Fp8Scale s;
   Kokkos::View<bfloat16_t*> x("x", 12);

@@ -49,11 +49,38 @@ KOKKOS_INLINE_FUNCTION float cast_inverse_scale(const Member& team, float* scale
   return detail::fp8_pow2(-k);
 }
 
+// Column sums of a tile for the fused bias gradient (fp8_cast_dbias), in a
+// fixed order whatever the team size: 4 groups of 16 rows summed per column,
+// then the 4 group sums, into partials[tile row][column]. value(r, c) reads
+// the tile (0 outside the tensor); the first row of each group is
+// overwritten with the group's sum (its only reader is the same index).
+constexpr int kSumGroups = 4, kSumRows = kTile / kSumGroups;
+
+template <class Tile>
+KOKKOS_INLINE_FUNCTION void tile_column_sums(const Member& team, const Tile& t, float* partials,
+                                             std::int64_t cols, std::int64_t r0, std::int64_t c0) {
+  team.team_barrier();
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kSumGroups * kTile), [&](const int i) {
+    const int c = i % kTile, r = (i / kTile) * kSumRows;
+    float sum = 0.0f;
+    for (int k = 0; k < kSumRows; ++k) sum += t(r + k, c);
+    t(r, c) = sum;
+  });
+  team.team_barrier();
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](const int c) {
+    if (c0 + c >= cols) return;
+    float sum = 0.0f;
+    for (int g = 0; g < kSumGroups; ++g) sum += t(g * kSumRows, c);
+    partials[(r0 / kTile) * cols + c0 + c] = sum;
+  });
+}
+
 template <class Fp8>
 struct CastTiles {
   Kokkos::View<const bfloat16_t*> x;
   Kokkos::View<Fp8*> q, qt;
   float* scale;  // [0] scale_inv, [1] amax
+  float* partials;  // column sums per tile row (fp8_cast_dbias), or null
   std::int64_t rows, cols, tiles_c;
   bool from_amax, write_q, write_qt;
 
@@ -91,14 +118,16 @@ struct CastTiles {
           qt(gc * rows + gr) = detail::fp8_encode_scaled<Fp8>(tile(r, c), inv);
       });
     }
+    if (partials) tile_column_sums(team, tile, partials, cols, r0, c0);
     if (!from_amax && local > 0.0f)
       Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
   }
 };
 
 // Eight bf16 in one 16-byte load: the vector kernels below move 16 bytes per
-// load and 8 per store (ncu on the H200: a cast that moved 8 bytes per load
-// and thread left most of the bandwidth unused).
+// load and 8 per store, twice the bytes in flight per thread of 8-byte loads
+// (a streaming kernel needs ~20 KiB in flight per multiprocessor to cover
+// HBM's latency).
 struct alignas(16) Bf16x8 {
   std::uint64_t lo, hi;
 };
@@ -152,11 +181,12 @@ struct CastStream8 {
 // aligned (every fp8 GEMM operand: multiples of 16). A 64 x 64 tile is read in
 // 16-byte rows of eight and its encoded bytes are stored transposed in team
 // scratch, so the qt pass reads each 8-byte output from one scratch row.
-template <class Fp8>
+template <class Fp8, bool kSums>
 struct CastTiles8 {
   const Bf16x8* x;           // [rows, cols / 8]
   std::uint64_t *q, *qt;     // [rows, cols / 8] and [cols, rows / 8] groups of eight fp8
   float* scale;
+  float* partials;           // kSums: column sums per tile row (fp8_cast_dbias)
   std::int64_t rows, cols, tiles_c;
   bool from_amax;
 
@@ -167,12 +197,20 @@ struct CastTiles8 {
   using Scratch = Kokkos::View<std::uint8_t**, Kokkos::LayoutRight,
                                Kokkos::DefaultExecutionSpace::scratch_memory_space,
                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  static std::size_t scratch_bytes() { return Scratch::shmem_size(kTile, kStride); }
+  // kSums: the tile's values as floats too, for the column sums.
+  using Values = Kokkos::View<float**, Kokkos::LayoutRight,
+                              Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  static std::size_t scratch_bytes() {
+    return Scratch::shmem_size(kTile, kStride) + (kSums ? Values::shmem_size(kTile, kTile) : 0);
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
     const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
     Scratch tile_t(team.team_scratch(0), kTile, kStride);  // [column][row] of the tile
+    Values values;
+    if constexpr (kSums) values = Values(team.team_scratch(0), kTile, kTile);
     const float inv = cast_inverse_scale<Fp8>(team, scale, from_amax);
     float local = 0.0f;
     compat::team_reduce(
@@ -180,9 +218,16 @@ struct CastTiles8 {
         [&](const int v, float& m) {
           const int r = v / kVectors, c = (v % kVectors) * 8;
           const std::int64_t gr = r0 + r, gc = c0 + c;
-          if (gr >= rows || gc >= cols) return;  // a vector is inside or outside whole
-          const std::uint64_t packed = encode8<Fp8>(x[(gr * cols + gc) / 8], inv, m);
+          if (gr >= rows || gc >= cols) {  // a vector is inside or outside whole
+            if constexpr (kSums)
+              for (int e = 0; e < 8; ++e) values(r, c + e) = 0.0f;
+            return;
+          }
+          const Bf16x8 in = x[(gr * cols + gc) / 8];
+          const std::uint64_t packed = encode8<Fp8>(in, inv, m);
           for (int e = 0; e < 8; ++e) tile_t(c + e, r) = std::uint8_t(packed >> (8 * e));
+          if constexpr (kSums)
+            for (int e = 0; e < 8; ++e) values(r, c + e) = bf16_lane(in, e);
           if (q) q[(gr * cols + gc) / 8] = packed;
         },
         Kokkos::Max<float>(local));
@@ -192,6 +237,7 @@ struct CastTiles8 {
       if (gr >= rows || gc >= cols) return;
       qt[(gc * rows + gr) / 8] = *reinterpret_cast<const std::uint64_t*>(&tile_t(c, r));
     });
+    if constexpr (kSums) tile_column_sums(team, values, partials, cols, r0, c0);
     if (!from_amax && local > 0.0f)
       Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
   }
@@ -204,10 +250,23 @@ static_assert(kFp8HistorySlot >= kFp8ScaleFloats, "a slot holds an Fp8Scale");
 
 bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
+// dbias[c] += the sum over tile rows of partials[t][c], t in order.
+void add_column_partials(Kokkos::View<const float*> partials, std::int64_t tiles_r,
+                         std::int64_t cols, Kokkos::View<float*> dbias) {
+  compat::for_each_index(
+      "kshard::fp8_dbias_partials", cols, KOKKOS_LAMBDA(const std::int64_t c) {
+        float sum = 0.0f;
+        for (std::int64_t t = 0; t < tiles_r; ++t) sum += partials(t * cols + c);
+        dbias(c) += sum;
+      });
+}
+
 template <class Fp8>
 void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
-               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<Fp8*> q, Kokkos::View<Fp8*> qt) {
-  const std::string who = std::string("fp8_cast (") + detail::Fp8Traits<Fp8>::name + ")";
+               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<Fp8*> q, Kokkos::View<Fp8*> qt,
+               Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {}) {
+  const std::string who = std::string(dbias.extent(0) ? "fp8_cast_dbias (" : "fp8_cast (") +
+                          detail::Fp8Traits<Fp8>::name + ")";
   if (rows < 0 || cols < 0 || std::int64_t(x.extent(0)) != rows * cols)
     throw Error(who + ": x of " + std::to_string(x.extent(0)) + " elements for [" +
                     std::to_string(rows) + ", " + std::to_string(cols) + "]",
@@ -219,12 +278,22 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
     if (n != 0 && std::int64_t(n) != rows * cols)
       throw Error(who + ": " + name + " of " + std::to_string(n) + " elements",
                   std::to_string(rows * cols) + " (rows x cols) or 0 (not written)");
+  const bool sums = dbias.extent(0) != 0;
+  if (sums && (std::int64_t(dbias.extent(0)) != cols ||
+               std::int64_t(partials.extent(0)) < fp8_column_sum_partials(rows, cols)))
+    throw Error(who + ": dbias of " + std::to_string(dbias.extent(0)) + " and partials of " +
+                    std::to_string(partials.extent(0)) + " floats",
+                "dbias of cols = " + std::to_string(cols) + " and partials of at least " +
+                    std::to_string(fp8_column_sum_partials(rows, cols)) +
+                    " floats (fp8_column_sum_partials)");
   if (rows * cols == 0) return;
   const std::int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
   const bool from_amax = from == Fp8ScaleFrom::amax;
   float* sv = scale.values().data();
+  float* pv = sums ? partials.data() : nullptr;
   const auto* x8 = reinterpret_cast<const Bf16x8*>(x.data());
-  if (!write_qt && (rows * cols) % 8 == 0 && aligned(x.data(), 16) && aligned(q.data(), 8)) {
+  // The bias gradient needs the tiles' column sums, which the flat stream has not.
+  if (!sums && !write_qt && (rows * cols) % 8 == 0 && aligned(x.data(), 16) && aligned(q.data(), 8)) {
     const std::int64_t vectors = rows * cols / 8;
     CastStream8<Fp8> f{x8, reinterpret_cast<std::uint64_t*>(q.data()), sv, vectors, from_amax};
     Kokkos::parallel_for(std::string("kshard::fp8_cast_stream8_") + detail::Fp8Traits<Fp8>::name,
@@ -233,20 +302,27 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
   }
   if (write_qt && rows % 8 == 0 && cols % 8 == 0 && aligned(x.data(), 16) &&
       aligned(q.data(), 8) && aligned(qt.data(), 8)) {
-    CastTiles8<Fp8> f{x8, write_q ? reinterpret_cast<std::uint64_t*>(q.data()) : nullptr,
-                      reinterpret_cast<std::uint64_t*>(qt.data()), sv, rows, cols, tiles_c, from_amax};
+    auto* q8 = write_q ? reinterpret_cast<std::uint64_t*>(q.data()) : nullptr;
+    auto* qt8 = reinterpret_cast<std::uint64_t*>(qt.data());
+    const std::string name = std::string("kshard::fp8_cast_tiles8_") + detail::Fp8Traits<Fp8>::name;
+    auto launch = [&](auto f) {
+      Kokkos::parallel_for(
+          name + (sums ? "_dbias" : ""),
+          teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(decltype(f)::scratch_bytes())),
+          f);
+    };
+    if (sums)
+      launch(CastTiles8<Fp8, true>{x8, q8, qt8, sv, pv, rows, cols, tiles_c, from_amax});
+    else
+      launch(CastTiles8<Fp8, false>{x8, q8, qt8, sv, nullptr, rows, cols, tiles_c, from_amax});
+  } else {
+    CastTiles<Fp8> f{x, q, qt, sv, pv, rows, cols, tiles_c, from_amax, write_q, write_qt};
     Kokkos::parallel_for(
-        std::string("kshard::fp8_cast_tiles8_") + detail::Fp8Traits<Fp8>::name,
-        teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles8<Fp8>::scratch_bytes())),
+        std::string("kshard::fp8_cast_") + detail::Fp8Traits<Fp8>::name,
+        teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
         f);
-    return;
   }
-  CastTiles<Fp8> f{x, q, qt, scale.values().data(), rows, cols, tiles_c,
-                   from == Fp8ScaleFrom::amax, write_q, write_qt};
-  Kokkos::parallel_for(
-      std::string("kshard::fp8_cast_") + detail::Fp8Traits<Fp8>::name,
-      teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
-      f);
+  if (sums) add_column_partials(partials, tiles_r, cols, dbias);
 }
 
 }  // namespace
@@ -417,6 +493,19 @@ void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
               Kokkos::View<float8_e5m2_t*> qt) {
   cast_impl<float8_e5m2_t>(x, rows, cols, scale, from, q, qt);
+}
+
+std::int64_t fp8_column_sum_partials(std::int64_t rows, std::int64_t cols) {
+  return (rows + kTile - 1) / kTile * cols;
+}
+
+void fp8_cast_dbias(Kokkos::View<const bfloat16_t*> dy, std::int64_t rows, std::int64_t cols,
+                    Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
+                    Kokkos::View<float8_e5m2_t*> qt, Kokkos::View<float*> dbias,
+                    Kokkos::View<float*> partials) {
+  if (dbias.extent(0) == 0)
+    throw Error("fp8_cast_dbias with an empty dbias", "dbias of cols = " + std::to_string(cols) + " floats");
+  cast_impl<float8_e5m2_t>(dy, rows, cols, scale, from, q, qt, dbias, partials);
 }
 
 }  // namespace kshard

@@ -51,14 +51,22 @@ void Fp8Linear::forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, st
 
 void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                          std::int64_t rows, std::int64_t in, std::int64_t out,
-                         Kokkos::View<const bfloat16_t*> w, float* dw, bfloat16_t* dx) {
+                         Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
+                         bfloat16_t* dx) {
   using E4 = float8_e4m3_t;
   using E5 = float8_e5m2_t;
   auto dyq = fp8_scratch<E5>(rows * out, "kshard::Fp8Linear::dyq");
   auto dyqt = fp8_scratch<E5>(rows * out, "kshard::Fp8Linear::dyqt");
   auto xqt = fp8_scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
   auto wqt = fp8_scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
-  fp8_cast(dy, rows, out, sdy_, prepare(dy, sdy_), as_view(dyq), as_view(dyqt));
+  const Fp8ScaleFrom from_dy = prepare(dy, sdy_);
+  if (db.extent(0) != 0) {
+    auto partials = scratch<float>(fp8_column_sum_partials(rows, out), "kshard::Fp8Linear::dbias");
+    fp8_cast_dbias(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), db,
+                   Kokkos::View<float*>(partials.view.data(), partials.view.extent(0)));
+  } else {
+    fp8_cast(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt));
+  }
   // The forward's scales: x and W hold the forward's values, so their amax is
   // unchanged (and the cast only folds the same amax in again).
   fp8_cast(x, rows, in, sx_, Fp8ScaleFrom::scale, {}, as_view(xqt));

@@ -10,7 +10,8 @@
 // delayed scaling casts with the scale its history set and the cast records
 // the amax (kernels/fp8_tensor.hpp); before its first history update it
 // scales like current scaling.
-// backward: dy -> dyq [rows, out] and dyq^T [out, rows] (E5M2, one kernel);
+// backward: dy -> dyq [rows, out] and dyq^T [out, rows] (E5M2, one kernel,
+//           which also sums dy's columns for the bias gradient);
 //           W^T and x^T cast with the forward's scales (same values: the
 //           caller hands backward the forward's parameter values and input);
 //           dW += dyq^T . (x^T)^T (f32, beta 1), dx = dyq . (W^T)^T.
@@ -40,10 +41,12 @@ class Fp8Linear {
   void forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
                std::int64_t out, Kokkos::View<const bfloat16_t*> w, const bfloat16_t* bias,
                Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre);
-  /// dW += dy^T x (f32), dx = dy W. x and w hold the forward's values.
+  /// dW += dy^T x (f32), dx = dy W, and db += column sums of dy when db is
+  /// not empty (from the cast's read of dy). x and w hold the forward's values.
   void backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                 std::int64_t rows, std::int64_t in, std::int64_t out,
-                Kokkos::View<const bfloat16_t*> w, float* dw, bfloat16_t* dx);
+                Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
+                bfloat16_t* dx);
 
  private:
   // Current scaling: the amax of t into s, cast from it; delayed: the scale as set.

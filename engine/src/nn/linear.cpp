@@ -119,9 +119,9 @@ void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   using A = accum_t<T>;
   if constexpr (std::is_same_v<T, bfloat16_t>) {
     if (fp8_forward_) {
-      // The bias gradient from the bf16 dy, as in the bf16 path.
-      if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_);
-      fp8_->backward(dy, x_, rows, in_, out_, params[0], grads[0].data(), dx.data());
+      // The bias gradient comes from the cast of dy (the same read).
+      fp8_->backward(dy, x_, rows, in_, out_, params[0], grads[0].data(),
+                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data());
       return;
     }
   }

@@ -147,4 +147,18 @@ void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
               Kokkos::View<float8_e5m2_t*> qt);
 
+/// A Linear's backward cast of its output gradient dy [rows, cols] (E5M2, q
+/// and/or qt as fp8_cast) that also adds dy's column sums, the bias gradient,
+/// to dbias [cols] (f32) from the same read of dy (TransformerEngine's
+/// cast_transpose_dbias): each 64-row tile sums its columns into `partials`
+/// (fp8_column_sum_partials(rows, cols) floats of workspace), then one small
+/// kernel adds them up tile by tile. The order is fixed, so the result does
+/// not depend on the backend's thread count (and differs from a GEMM's
+/// column sum only in rounding order).
+std::int64_t fp8_column_sum_partials(std::int64_t rows, std::int64_t cols);
+void fp8_cast_dbias(Kokkos::View<const bfloat16_t*> dy, std::int64_t rows, std::int64_t cols,
+                    Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
+                    Kokkos::View<float8_e5m2_t*> qt, Kokkos::View<float*> dbias,
+                    Kokkos::View<float*> partials);
+
 }  // namespace kshard
