@@ -10,9 +10,9 @@ Scratch<Fp8> fp8_scratch(std::int64_t n, const char* label) {
   return scratch<Fp8>(n, label);
 }
 
-template <class Fp8>
-Kokkos::View<Fp8*> as_view(const Scratch<Fp8>& s) {
-  return Kokkos::View<Fp8*>(s.view.data(), s.view.extent(0));
+template <class T>
+Kokkos::View<T*> as_view(const Scratch<T>& s) {
+  return Kokkos::View<T*>(s.view.data(), s.view.extent(0));
 }
 
 }  // namespace
@@ -62,8 +62,7 @@ void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const 
   const Fp8ScaleFrom from_dy = prepare(dy, sdy_);
   if (db.extent(0) != 0) {
     auto partials = scratch<float>(fp8_column_sum_partials(rows, out), "kshard::Fp8Linear::dbias");
-    fp8_cast_dbias(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), db,
-                   Kokkos::View<float*>(partials.view.data(), partials.view.extent(0)));
+    fp8_cast_dbias(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), db, as_view(partials));
   } else {
     fp8_cast(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt));
   }
