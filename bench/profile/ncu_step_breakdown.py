@@ -37,7 +37,7 @@ CATEGORIES = [
     ("residual add", r"detail::add<|kshard::detail::add|AddOp"),
     ("embedding", r"embedding|Embedding"),
     ("gradient reduce / stats", r"accumulate|grad_stats|reduce_scatter|sum_grad|stats_kernel|stats_total"),
-    ("fp8 amax / cast (+transpose, dbias)", r"fp8_amax|fp8_cast|fp8_dbias"),
+    ("fp8 amax / cast (+transpose, dbias)", r"fp8_amax|fp8_cast|fp8_dbias|CastTiles|CastStream|CastBlockTiles|add_column_partials"),
     ("casts", r"cast|convert|dequant|quant|FromF32|ToF32|CastOp"),
     ("fills", r"fill|ViewFill|zero"),
 ]
