@@ -28,13 +28,26 @@ namespace {
 
 struct Fp8Plans;  // plan_cache tag
 
-// (m, n, k, A format, B format, C is f32, epilogue, fast accum, alignments of A, B, C, bias, pre)
+// (m, n, k, A format, B format, C is f32, epilogue, fast accum, alignments of A, B, C, bias,
+//  pre, A scale mode, B scale mode)
 using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, bool, int, bool,
-                       std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
+                       std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t,
+                       int, int>;
 using Plan = LtPlan;
 
 cudaDataType_t fp8_type(Fp8Format f) {
   return f == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+// fp8_blockwise.hpp's layouts are the ones these modes read: 1x128 scales
+// outer-dimension fastest, 128x128 tiles k-block fastest in rows of a
+// multiple of four.
+std::int32_t scale_mode(Fp8ScaleMode m) {
+  switch (m) {
+    case Fp8ScaleMode::block_1x128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case Fp8ScaleMode::block_128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    default: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  }
 }
 
 template <class TC>
@@ -47,6 +60,16 @@ Plan make_plan(CublasLt& s, std::int64_t m, std::int64_t n, std::int64_t k, cons
   check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                               sizeof(fast)),
                "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+  if (a.scaling != Fp8ScaleMode::tensor || b.scaling != Fp8ScaleMode::tensor) {
+    // cuBLASLt's A is our B: its scale mode too.
+    const std::int32_t mode_a = scale_mode(b.scaling), mode_b = scale_mode(a.scaling);
+    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                &mode_a, sizeof(mode_a)),
+                 "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                &mode_b, sizeof(mode_b)),
+                 "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+  }
   if (opt.epilogue != Fp8Epilogue::none) {
     const cublasLtEpilogue_t epi = opt.epilogue == Fp8Epilogue::bias
                                        ? CUBLASLT_EPILOGUE_BIAS
@@ -100,7 +123,8 @@ bool run(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
   const Key key{m, n, k, int(a.format), int(b.format), f32, int(opt.epilogue), opt.fast_accum,
                 pointer_alignment(a.data), pointer_alignment(b.data), pointer_alignment(c),
                 opt.epilogue != Fp8Epilogue::none ? pointer_alignment(opt.bias) : 256u,
-                opt.epilogue == Fp8Epilogue::bias_gelu ? pointer_alignment(opt.pre) : 256u};
+                opt.epilogue == Fp8Epilogue::bias_gelu ? pointer_alignment(opt.pre) : 256u,
+                int(a.scaling), int(b.scaling)};
   auto& cache = plan_cache<Fp8Plans, Key>();
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, make_plan<TC>(s, m, n, k, a, b, opt, key)).first;
