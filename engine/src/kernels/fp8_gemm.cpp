@@ -77,7 +77,9 @@ bool fp8_gemm_supported(std::int64_t m, std::int64_t n, std::int64_t k) noexcept
   return m > 0 && n > 0 && k > 0 && m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
 }
 
-bool fp8_gemm_available(std::string* why) { return detail::fp8_gemm_backend_available(why); }
+bool fp8_gemm_available(std::string* why, bool blocks) {
+  return detail::fp8_gemm_backend_available(why, blocks);
+}
 
 void fp8_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
                  const Fp8Operand& b, bfloat16_t* c, const Fp8GemmOptions& opt) {

@@ -25,6 +25,10 @@ KOKKOS_INLINE_FUNCTION void fold_amax(float* amax, float v) {
 }
 
 constexpr std::int64_t kAmaxChunk = 256 * 16;  // elements per team
+// Vectors of eight per team of the vector amax: four per thread, so a tensor
+// of 8 M elements spreads over 1024 teams (at sixteen per thread its 256 teams
+// left most of the H100 idle: 24 us for 16 MB, 0.7 TB/s).
+constexpr std::int64_t kAmax8Chunk = 256 * 4;
 
 // Tiles of the cast: kTile x kTile elements staged in team scratch so the
 // transposed copy is written along its own rows.
@@ -396,11 +400,11 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
   if (n % 8 == 0 && aligned(x.data(), 16)) {
     // Eight elements per 16-byte load (every fp8 GEMM operand).
     const auto* x8 = reinterpret_cast<const Bf16x8*>(x.data());
-    const std::int64_t n8 = n / 8, league8 = (n8 + kAmaxChunk - 1) / kAmaxChunk;
+    const std::int64_t n8 = n / 8, league8 = (n8 + kAmax8Chunk - 1) / kAmax8Chunk;
     Kokkos::parallel_for(
         "kshard::fp8_amax8", fp8_teams(league8), KOKKOS_LAMBDA(const Member& team) {
-          const std::int64_t base = std::int64_t(team.league_rank()) * kAmaxChunk;
-          const std::int64_t len = base + kAmaxChunk < n8 ? kAmaxChunk : n8 - base;
+          const std::int64_t base = std::int64_t(team.league_rank()) * kAmax8Chunk;
+          const std::int64_t len = base + kAmax8Chunk < n8 ? kAmax8Chunk : n8 - base;
           float local = 0.0f;
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, len),

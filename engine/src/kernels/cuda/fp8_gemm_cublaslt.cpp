@@ -50,6 +50,16 @@ std::int32_t scale_mode(Fp8ScaleMode m) {
   }
 }
 
+// cuBLASLt's A is our B (and the other way round), so are their scales.
+void set_scale_pointers(Plan& p, const Fp8Operand& a, const Fp8Operand& b) {
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                              &b.scale_inv, sizeof(b.scale_inv)),
+               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &a.scale_inv, sizeof(a.scale_inv)),
+               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+}
+
 template <class TC>
 Plan make_plan(CublasLt& s, std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
                const Fp8Operand& b, const Fp8GemmOptions& opt, const Key& key) {
@@ -104,6 +114,10 @@ Plan make_plan(CublasLt& s, std::int64_t m, std::int64_t n, std::int64_t k, cons
                "cublasLtMatrixLayoutCreate(C)");
   check_cublas(cublasLtMatrixLayoutCreate(&p.d, ct, std::uint64_t(n), std::uint64_t(m), n),
                "cublasLtMatrixLayoutCreate(D)");
+  // The scale pointers before the heuristic: with block scale modes cuBLASLt
+  // finds no algorithm without them (CUBLAS_STATUS_NOT_SUPPORTED on the H100,
+  // cuBLASLt 13.1); run() sets each call's own.
+  set_scale_pointers(p, a, b);
   choose_algorithm(s, p, std::get<9>(key), std::get<8>(key), std::get<10>(key));
   return p;
 }
@@ -130,13 +144,7 @@ bool run(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
   if (it == cache.end()) it = cache.emplace(key, make_plan<TC>(s, m, n, k, a, b, opt, key)).first;
   Plan& p = it->second;
   if (!p.ok) return false;
-  // cuBLASLt's A is our B (and the other way round), so are their scales.
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                              &b.scale_inv, sizeof(b.scale_inv)),
-               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                              &a.scale_inv, sizeof(a.scale_inv)),
-               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  set_scale_pointers(p, a, b);
   if (opt.epilogue != Fp8Epilogue::none)
     check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &opt.bias, sizeof(opt.bias)),
@@ -167,17 +175,20 @@ bool fp8_gemm_backend(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8O
   return run(m, n, k, a, b, c, opt);
 }
 
-bool fp8_gemm_backend_available(std::string* why) {
+bool fp8_gemm_backend_available(std::string* why, bool blocks) {
   int dev = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
     if (why) *why = "no CUDA device could be queried";
     return false;
   }
-  const bool ok = prop.major > 8 || (prop.major == 8 && prop.minor >= 9);
+  const bool ok = blocks ? prop.major == 9
+                        : prop.major > 8 || (prop.major == 8 && prop.minor >= 9);
   if (!ok && why)
     *why = std::string(prop.name) + " (compute capability " + std::to_string(prop.major) + "." +
-           std::to_string(prop.minor) + ") has no fp8 tensor cores (8.9 or newer)";
+           std::to_string(prop.minor) + ")" +
+           (blocks ? " has no block-scaled fp8 GEMM in cuBLASLt (Hopper, 9.0)"
+                   : " has no fp8 tensor cores (8.9 or newer)");
   return ok;
 }
 

@@ -91,6 +91,6 @@ bool fp8_gemm_backend(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8O
   emulate(m, n, k, a, b, c, opt);
   return true;
 }
-bool fp8_gemm_backend_available(std::string*) { return true; }
+bool fp8_gemm_backend_available(std::string*, bool) { return true; }
 
 }  // namespace kshard::detail

@@ -63,9 +63,11 @@ struct Fp8GemmOptions {
 bool fp8_gemm_supported(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
 
 /// True when this build's fp8 GEMMs run on tensor cores the device has
-/// (CUDA: compute capability 8.9 or newer); the host emulation is always
-/// available. `why` gets the device name and capability when false.
-bool fp8_gemm_available(std::string* why = nullptr);
+/// (CUDA: compute capability 8.9 or newer; with `blocks`, the block-scaled
+/// ones: 9.0, where cuBLASLt has VEC128_32F / BLK128x128_32F); the host
+/// emulation is always available. `why` gets the device name and capability
+/// when false.
+bool fp8_gemm_available(std::string* why = nullptr, bool blocks = false);
 
 void fp8_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
                  const Fp8Operand& b, bfloat16_t* c, const Fp8GemmOptions& opt = {});
@@ -80,7 +82,7 @@ bool fp8_gemm_backend(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8O
                       const Fp8Operand& b, bfloat16_t* c, const Fp8GemmOptions& opt);
 bool fp8_gemm_backend(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
                       const Fp8Operand& b, float* c, const Fp8GemmOptions& opt);
-bool fp8_gemm_backend_available(std::string* why);
+bool fp8_gemm_backend_available(std::string* why, bool blocks);
 }  // namespace detail
 
 }  // namespace kshard
