@@ -6,10 +6,11 @@
 //
 // Default: the large model of docs/BENCHMARKS.md (d 2048, rows 4096 = B4 x
 // T1024); --width 4096 is xl. Per shape, medians of N repetitions (fenced):
-//   bf16 / fp8-current / fp8-delayed: Linear forward + backward (the layer as a
-//     model runs it; delayed after one history update, so calibrated);
+//   bf16 / fp8-current / fp8-delayed / fp8-block: Linear forward + backward (the
+//     layer as a model runs it; delayed after one history update, so calibrated);
 //   the pieces of the fp8 path: amax of x, cast of x, cast of W, cast of dy
-//     (row-major + transposed), the fp8 forward GEMM and the bf16 one;
+//     (row-major + transposed; "blk dy": fp8-block's 1x128 cast of dy, both
+//     copies), the fp8 forward GEMM and the bf16 one;
 //   copy: a device copy of x's bytes (the bandwidth anchor for the casts,
 //     which move 3 bytes per element (4 for dy) against the copy's 4);
 //   queued: fp8-delayed forward + backward N times with no fence between,
@@ -28,6 +29,7 @@
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
 
+#include <kshard/engine/kernels/fp8_blockwise.hpp>
 #include <kshard/engine/kernels/fp8_gemm.hpp>
 #include <kshard/engine/kernels/fp8_tensor.hpp>
 #include <kshard/engine/kernels/gemm.hpp>
@@ -139,17 +141,18 @@ int main(int argc, char** argv) {
                           {"proj", d, d, false},
                           {"fc1+gelu", d, 4 * d, true},
                           {"fc2", 4 * d, d, false}};
-  std::printf("%-9s %8s %8s %8s %6s | %7s %7s %7s %7s %7s | %7s %7s %7s | %7s\n", "shape",
-              "bf16", "fp8-cur", "fp8-del", "del/bf", "amax x", "cast x", "cast W", "cast dy",
-              "copy x", "gemm8", "gemm16", "8 vs16", "queued");
-  double tot[3] = {0, 0, 0};
+  std::printf("%-9s %8s %8s %8s %8s %6s | %7s %7s %7s %7s %7s %7s | %7s %7s %7s | %7s\n",
+              "shape", "bf16", "fp8-cur", "fp8-del", "fp8-blk", "del/bf", "amax x", "cast x",
+              "cast W", "cast dy", "blk dy", "copy x", "gemm8", "gemm16", "8 vs16", "queued");
+  double tot[4] = {0, 0, 0, 0};
   for (const Shape& s : shapes) {
     auto x = random_bf16(rows * s.in, 1.0, 1);
     auto dy = random_bf16(rows * s.out, 1e-3, 2);
     auto w = random_bf16(s.out * s.in, 0.02, 3);
     auto b = random_bf16(s.out, 0.02, 4);
-    LinearRun plain(s, rows, w, b), cur(s, rows, w, b), del(s, rows, w, b);
+    LinearRun plain(s, rows, w, b), cur(s, rows, w, b), del(s, rows, w, b), blk(s, rows, w, b);
     cur.layer.set_fp8_policy({kshard::Fp8Scaling::current});
+    blk.layer.set_fp8_policy({kshard::Fp8Scaling::block});
     del.layer.set_fp8_policy({kshard::Fp8Scaling::delayed, 16, kshard::Fp8AmaxAlgo::max});
     std::vector<kshard::Fp8Scale*> scales;
     del.layer.fp8_scales(scales);
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
     const double t_bf16 = time_ms(warmup, reps, [&] { plain.step(x, dy); });
     const double t_cur = time_ms(warmup, reps, [&] { cur.step(x, dy); });
     const double t_del = time_ms(warmup, reps, [&] { del.step(x, dy); });
+    const double t_blk = time_ms(warmup, reps, [&] { blk.step(x, dy); });
     const double t_queued = time_ms(1, 3, [&] {
                               for (int r = 0; r < reps; ++r) del.step(x, dy);
                             }) / reps;
@@ -181,6 +185,13 @@ int main(int argc, char** argv) {
     const double t_cdy = time_ms(warmup, reps, [&] {
       kshard::fp8_cast(dy, rows, s.out, sdy, kshard::Fp8ScaleFrom::scale, dyq, dyqt);
     });
+    double t_bdy = 0;
+    if (kshard::fp8_blockwise_supported(rows, s.out)) {
+      Kokkos::View<kshard::float8_e4m3_t*> bq("bq", rows * s.out), bqt("bqt", rows * s.out);
+      Kokkos::View<float*> bs("bs", kshard::fp8_scales_1x128(rows, s.out));
+      Kokkos::View<float*> bst("bst", kshard::fp8_scales_1x128(s.out, rows));
+      t_bdy = time_ms(warmup, reps, [&] { kshard::fp8_cast_1x128(dy, rows, s.out, bq, bs, bqt, bst); });
+    }
     Kokkos::View<bf16*> xc("xc", rows * s.in);
     const double t_copy = time_ms(warmup, reps, [&] { Kokkos::deep_copy(xc, x); });
     Kokkos::View<bf16*> y("y", rows * s.out);
@@ -200,13 +211,15 @@ int main(int argc, char** argv) {
     tot[0] += t_bf16;
     tot[1] += t_cur;
     tot[2] += t_del;
-    std::printf("%-9s %8.3f %8.3f %8.3f %6.2f | %7.3f %7.3f %7.3f %7.3f %7.3f | %7.3f %7.3f %7.2f | %7.3f\n",
-                s.name, t_bf16, t_cur, t_del, t_bf16 / t_del, t_amax, t_cx, t_cw, t_cdy, t_copy,
-                t_g8, t_g16, t_g8 > 0 ? t_g16 / t_g8 : 0.0, t_queued);
+    tot[3] += t_blk;
+    std::printf("%-9s %8.3f %8.3f %8.3f %8.3f %6.2f | %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f | %7.3f %7.3f "
+                "%7.2f | %7.3f\n",
+                s.name, t_bf16, t_cur, t_del, t_blk, t_bf16 / t_del, t_amax, t_cx, t_cw, t_cdy, t_bdy,
+                t_copy, t_g8, t_g16, t_g8 > 0 ? t_g16 / t_g8 : 0.0, t_queued);
   }
-  std::printf("%-9s %8.3f %8.3f %8.3f %6.2f   (ms; del/bf: bf16 time / fp8-delayed time)\n", "all",
-              tot[0], tot[1], tot[2], tot[0] / tot[2]);
-  std::printf("bytes: cast x moves 3 B per element of x, cast dy 4 B per element of dy, copy x 4 B "
-              "per element of x\n");
+  std::printf("%-9s %8.3f %8.3f %8.3f %8.3f %6.2f   (ms; del/bf: bf16 time / fp8-delayed time)\n",
+              "all", tot[0], tot[1], tot[2], tot[3], tot[0] / tot[2]);
+  std::printf("bytes: cast x moves 3 B per element of x, cast dy and blk dy 4 B per element of dy, "
+              "copy x 4 B per element of x\n");
   return 0;
 }

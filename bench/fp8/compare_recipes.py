@@ -120,7 +120,7 @@ def main():
     ap.add_argument("mode", choices=["speed", "quality"])
     ap.add_argument("--exe", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--recipes", default="bf16,fp8,fp8-current,fp8-delayed")
+    ap.add_argument("--recipes", default="bf16,fp8,fp8-current,fp8-delayed,fp8-block")
     ap.add_argument("--sizes", default="large,xl")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None)

@@ -104,7 +104,8 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     ("recipe", po::value<std::string>(&o.recipe)->default_value(o.recipe),
      "mixed precision: fp32, bf16, fp16 (dynamic loss scaling), fp8 (fp8 all-gather, bf16 "
      "compute), fp8-current or fp8-delayed (bf16 all-gather, Linear GEMMs on fp8 tensor cores "
-     "with per-tensor current or delayed scaling; GPUs of compute capability 8.9+)")
+     "with per-tensor current or delayed scaling; GPUs of compute capability 8.9+), fp8-block "
+     "(the same with 1x128 / 128x128 block scales; Hopper, Linears of multiples of 128)")
     ("fp8-amax-history", po::value<int>(&o.fp8_amax_history)->default_value(o.fp8_amax_history),
      "fp8-delayed: steps of amax history a scale is taken from")
     ("fp8-amax-algo", po::value<std::string>(&o.fp8_amax_algo)->default_value(o.fp8_amax_algo),
@@ -285,10 +286,17 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
                       " with --eval-only; expected --eval-only alone (it trains nothing, so it "
                       "saves nothing: evaluate a checkpoint with --init-from)");
   if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8" &&
-      o.recipe != "fp8-current" && o.recipe != "fp8-delayed")
+      o.recipe != "fp8-current" && o.recipe != "fp8-delayed" && o.recipe != "fp8-block")
     throw OptionError("--recipe '" + o.recipe +
                       "' is unknown; expected one of fp32, bf16, fp16, fp8, fp8-current, "
-                      "fp8-delayed");
+                      "fp8-delayed, fp8-block");
+  // fp8-block's GEMMs take whole 128-blocks: a Linear of other sizes would
+  // quietly run in bf16, so the whole run would not be what was asked for.
+  if (o.recipe == "fp8-block" &&
+      (o.width % 128 != 0 || (std::int64_t(o.batch) * o.seq) % 128 != 0))
+    throw OptionError("--recipe fp8-block with --width " + std::to_string(o.width) +
+                      " and --batch x --seq = " + std::to_string(std::int64_t(o.batch) * o.seq) +
+                      "; expected both multiples of 128 (fp8-block's 128-element blocks)");
   if (o.fp8_amax_algo != "max" && o.fp8_amax_algo != "most_recent")
     throw OptionError("--fp8-amax-algo '" + o.fp8_amax_algo + "' is unknown; expected max or "
                       "most_recent");

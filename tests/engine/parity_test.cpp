@@ -41,9 +41,9 @@ const char* kArchNames[] = {"Linear", "LayerNormLinear", "LayerNormMLP", "Transf
 const char* kRecipes[] = {"fp32", "bf16", "fp16", "fp8"};
 
 // Layers described once: FsdpModel builds them in the recipe's compute dtype.
-std::vector<kshard::LayerDef> make_layers(Arch a) {
+std::vector<kshard::LayerDef> make_layers(Arch a, std::int64_t d = kD) {
   using kshard::layer;
-  const std::int64_t d = kD, v = kVocab;
+  const std::int64_t v = kVocab;
   switch (a) {
     case Arch::linear:
       return {layer<kshard::Linear>(d, 2 * d), layer<kshard::Linear>(2 * d, d)};
@@ -66,12 +66,12 @@ struct Batch {
   std::vector<float> x, y;
   std::vector<std::int32_t> tokens, next;
 };
-Batch make_batch(std::int64_t rows) {
+Batch make_batch(std::int64_t rows, std::int64_t d = kD) {
   std::mt19937 gen(1234);
   std::normal_distribution<float> n01(0.f, 1.f);
   Batch b;
-  for (std::int64_t i = 0; i < rows * kD; ++i) b.x.push_back(n01(gen));
-  for (std::int64_t i = 0; i < rows * kD; ++i) b.y.push_back(0.5f * n01(gen));
+  for (std::int64_t i = 0; i < rows * d; ++i) b.x.push_back(n01(gen));
+  for (std::int64_t i = 0; i < rows * d; ++i) b.y.push_back(0.5f * n01(gen));
   for (std::int64_t i = 0; i < rows; ++i) b.tokens.push_back(std::int32_t(gen() % kVocab));
   for (std::int64_t i = 0; i < rows; ++i) b.next.push_back(b.tokens[(i + 1) % rows]);
   return b;
@@ -97,13 +97,15 @@ struct RunConfig {
   Recipe recipe;
   kshard::FsdpOptions fsdp;
   int micro_batches = 1;
+  std::int64_t d = kD;  ///< model width
 };
 
 // Trains on `mesh`; this rank takes rows [first_row, first_row + rows) of the
 // global batch; the loss is averaged over `world`.
 RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const RunConfig& c,
                 const Batch& batch, std::int64_t first_row, std::int64_t rows) {
-  FsdpModel model(mesh, make_layers(c.arch), c.recipe, c.fsdp);
+  FsdpModel model(mesh, make_layers(c.arch, c.d), c.recipe, c.fsdp);
+  const std::int64_t d = c.d;
   model.init_parameters(42);
   kshard::AdamOptions ao;
   ao.lr = 1e-3f;
@@ -120,7 +122,7 @@ RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const
     double local = 0;
     for (int m = 0; m < c.micro_batches; ++m) {
       const std::int64_t r0 = first_row + m * mrows;
-      const kshard::ActShape shape{mrows / kSeq, kSeq, lm ? 1 : kD};
+      const kshard::ActShape shape{mrows / kSeq, kSeq, lm ? 1 : d};
       const double gs = double(scaler.scale()) / c.micro_batches;
       const bool sync = m + 1 == c.micro_batches;
       if (lm) {
@@ -129,8 +131,8 @@ RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const
         auto t = to_device(batch.next.data() + r0, std::size_t(mrows), "targets");
         local += model.forward_backward_ce(x, shape, t, gs, sync) / c.micro_batches;
       } else {
-        auto x = to_device(batch.x.data() + r0 * kD, std::size_t(mrows * kD), "x");
-        auto y = to_device(batch.y.data() + r0 * kD, std::size_t(mrows * kD), "y");
+        auto x = to_device(batch.x.data() + r0 * d, std::size_t(mrows * d), "x");
+        auto y = to_device(batch.y.data() + r0 * d, std::size_t(mrows * d), "y");
         local += model.forward_backward_mse(x, shape, y, gs, sync) / c.micro_batches;
       }
     }
@@ -243,21 +245,27 @@ BOOST_DATA_TEST_CASE(sharded_equals_unsharded,
 // exactly, so what is left is f32 summation order, hidden by the bf16 forward
 // as for bf16: same tolerance. 16 rows per rank: the fp8 GEMM's multiple (at
 // 8 the layers would quietly take the bf16 path); the last check makes sure
-// they did not.
+// they did not. fp8-block scales x and dy per 128 elements of a row, and their
+// transposes per 128 rows: with 128 rows per rank (and a model of width 128,
+// its blocks' multiple) a rank's rows are one block, as a micro-batch of the
+// reference is.
 BOOST_DATA_TEST_CASE(fp8_compute_sharded_equals_per_rank_micro_batches,
-                     bdata::xrange(2) * bdata::xrange(2) * bdata::xrange(2), scaling_i, hsdp,
+                     bdata::xrange(3) * bdata::xrange(2) * bdata::xrange(2), scaling_i, hsdp,
                      arch_j) {
-  const char* recipe = scaling_i ? "fp8-delayed" : "fp8-current";
+  const char* recipes[] = {"fp8-current", "fp8-delayed", "fp8-block"};
+  const char* recipe = recipes[scaling_i];
+  const bool blocks = scaling_i == 2;
   const auto& world = kt::world();
   const int P = world.size();
   KSHARD_SKIP_IF((P & (P - 1)) != 0, "the gradient scale 1/" << P << " is not a power of two");
   const std::vector<int> shape = hsdp ? std::vector<int>{2, P / 2} : std::vector<int>{P};
   KSHARD_SKIP_IF(!DeviceMesh::fits(shape, P), "mesh does not fit " << P << " ranks");
-  constexpr std::int64_t rows = 16;
+  const std::int64_t rows = blocks ? 128 : 16;
   RunConfig c;
   c.arch = arch_j ? Arch::lm : Arch::transformer;
   c.recipe = Recipe::parse(recipe);
-  const Batch batch = make_batch(rows * P);
+  c.d = blocks ? 128 : kD;
+  const Batch batch = make_batch(rows * P, c.d);
   DeviceMesh mesh(world, shape);
   const RunResult sharded = train(mesh, world, c, batch, world.rank() * rows, rows);
 

@@ -18,6 +18,7 @@
 #include <random>
 
 #include "kshard/engine/fsdp/recipe.hpp"
+#include "kshard/engine/kernels/fp8_blockwise.hpp"
 #include "kshard/engine/kernels/fp8_gemm.hpp"
 #include "kshard/engine/kernels/fp8_tensor.hpp"
 #include "kshard/engine/nn/linear.hpp"
@@ -168,6 +169,64 @@ void check_gemm(int m, int n, int k) {
   BOOST_TEST(rr <= 1.0);
 }
 
+// ---- block-scaled fp8 GEMM -----------------------------------------------------
+
+/// Random power-of-two block scales in the documented layout for an operand
+/// [outer, k] (kernels/fp8_blockwise.hpp), and each element's scale.
+HostVec block_scales(Fp8ScaleMode mode, int outer, int k, std::mt19937_64& rng,
+                     std::vector<float>& layout) {
+  const int kb = k / 128;
+  const std::int64_t ld = fp8_block_scale_ld(k);
+  layout.assign(mode == Fp8ScaleMode::block_1x128 ? std::size_t(outer) * kb
+                                                   : std::size_t((outer + 127) / 128 * ld),
+                1.0f);
+  HostVec each(std::size_t(outer) * k);
+  for (int r = 0; r < outer; ++r)
+    for (int c = 0; c < k; ++c) {
+      const std::size_t at = mode == Fp8ScaleMode::block_1x128
+                                 ? std::size_t(c / 128) * outer + r
+                                 : std::size_t(r / 128) * ld + c / 128;
+      if (c % 128 == 0 && (mode == Fp8ScaleMode::block_1x128 || r % 128 == 0))
+        layout[at] = std::ldexp(1.0f, int(rng() % 9) - 12);
+      each[std::size_t(r) * k + c] = layout[at];
+    }
+  return each;
+}
+
+/// C = A B^T with block-scaled E4M3 operands vs the f64 product of the
+/// dequantized values; k of 768 has six k-blocks, so a 128x128 operand's
+/// grid rows are padded (to 8): a layout cuBLASLt reads differently fails.
+void check_gemm_blocks(int m, int n, int k, Fp8ScaleMode ma, Fp8ScaleMode mb) {
+  std::mt19937_64 rng(std::uint64_t(m * 31 + n * 17 + k + int(ma) * 5 + int(mb)));
+  HostVec a, b;
+  auto qa = random_fp8<float8_e4m3_t>(std::size_t(m) * k, rng, a);
+  auto qb = random_fp8<float8_e4m3_t>(std::size_t(n) * k, rng, b);
+  std::vector<float> la, lb;
+  const HostVec sa = block_scales(ma, m, k, rng, la), sb = block_scales(mb, n, k, rng, lb);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] *= sa[i];
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] *= sb[i];
+  auto da = to_device<float>(HostVec(la.begin(), la.end()), "a_scales");
+  auto db = to_device<float>(HostVec(lb.begin(), lb.end()), "b_scales");
+  const Fp8Operand oa{qa.data(), Fp8Format::e4m3, da.data(), ma};
+  const Fp8Operand ob{qb.data(), Fp8Format::e4m3, db.data(), mb};
+  auto abs_of = [](HostVec v) {
+    for (auto& e : v) e = std::fabs(e);
+    return v;
+  };
+  const HostVec ref = product_tn(a, b, m, n, k), mag = product_tn(abs_of(a), abs_of(b), m, n, k);
+  Kokkos::View<bfloat16_t*> c("c", ref.size());
+  fp8_gemm_tn(m, n, k, oa, ob, c.data());
+  BOOST_TEST_INFO("block-scaled bf16 C, modes " << int(ma) << " x " << int(mb) << ", m=" << m
+                                                << " n=" << n << " k=" << k);
+  BOOST_TEST(bound_ratio(to_host(c), ref, mag) <= 1.0);
+  Kokkos::View<float*> cf("cf", ref.size());
+  Fp8GemmOptions acc;
+  acc.beta = 1.0f;
+  fp8_gemm_tn(m, n, k, oa, ob, cf.data(), acc);  // cf was 0: the product alone
+  BOOST_TEST_INFO("block-scaled f32 C, modes " << int(ma) << " x " << int(mb));
+  BOOST_TEST(bound_ratio(to_host(cf), ref, mag) <= 1.0);
+}
+
 // ---- layers -------------------------------------------------------------------
 
 struct Out {
@@ -202,6 +261,12 @@ Fp8Policy delayed() {
   return p;
 }
 
+Fp8Policy block() {
+  Fp8Policy p;
+  p.scaling = Fp8Scaling::block;
+  return p;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(fp8_compute)
@@ -212,6 +277,15 @@ BOOST_AUTO_TEST_CASE(gemm_matches_f64_reference) {
   check_gemm<float8_e5m2_t, float8_e4m3_t>(64, 16, 48);   // dgrad, wgrad: dy (E5M2) first
   check_gemm<float8_e4m3_t, float8_e5m2_t>(16, 32, 256);
   check_gemm<float8_e4m3_t, float8_e4m3_t>(128, 96, 512);
+}
+
+BOOST_AUTO_TEST_CASE(block_scaled_gemm_matches_f64_reference) {
+  BOOST_REQUIRE(fp8_gemm_available(nullptr, true));
+  constexpr auto v = Fp8ScaleMode::block_1x128, t = Fp8ScaleMode::block_128x128;
+  check_gemm_blocks(256, 384, 768, v, t);  // forward: x (1x128) . W (128x128)
+  check_gemm_blocks(128, 256, 384, v, t);  // dgrad: dy . W^T
+  check_gemm_blocks(384, 128, 256, v, v);  // wgrad: dy^T . x^T, both 1x128
+  check_gemm_blocks(256, 128, 768, t, v);  // 128x128 first
 }
 
 BOOST_AUTO_TEST_CASE(gemm_rejects_bad_arguments) {
@@ -231,6 +305,22 @@ BOOST_AUTO_TEST_CASE(gemm_rejects_bad_arguments) {
   bias.epilogue = Fp8Epilogue::bias;
   BOOST_CHECK_THROW(fp8_gemm_tn(32, 32, 32, e4, e4, c.data(), bias), Error);  // no bias pointer
   BOOST_CHECK_THROW(fp8_gemm_tn(32, 32, 32, e4, e4, cf.data(), bias), Error);  // f32 epilogue
+  // Block scales: both operands, E4M3, k whole blocks, not both 128x128, no FAST_ACCUM.
+  Kokkos::View<float8_e4m3_t*> qb("qb", 128 * 128);
+  Kokkos::View<bfloat16_t*> cb("cb", 128 * 128);
+  Kokkos::View<float*> sb("sb", 128);
+  const Fp8Operand v{qb.data(), Fp8Format::e4m3, sb.data(), Fp8ScaleMode::block_1x128};
+  const Fp8Operand t{qb.data(), Fp8Format::e4m3, sb.data(), Fp8ScaleMode::block_128x128};
+  const Fp8Operand tensor{qb.data(), Fp8Format::e4m3, s.scale_inv()};
+  const Fp8Operand v5{qb.data(), Fp8Format::e5m2, sb.data(), Fp8ScaleMode::block_1x128};
+  BOOST_CHECK_NO_THROW(fp8_gemm_tn(128, 128, 128, v, v, cb.data()));
+  BOOST_CHECK_THROW(fp8_gemm_tn(128, 128, 128, v, tensor, cb.data()), Error);  // mixed
+  BOOST_CHECK_THROW(fp8_gemm_tn(128, 128, 128, t, t, cb.data()), Error);       // both 128x128
+  BOOST_CHECK_THROW(fp8_gemm_tn(128, 128, 128, v5, v, cb.data()), Error);      // E5M2
+  BOOST_CHECK_THROW(fp8_gemm_tn(128, 128, 64, v, v, cb.data()), Error);        // k % 128
+  Fp8GemmOptions fast;
+  fast.fast_accum = true;
+  BOOST_CHECK_THROW(fp8_gemm_tn(128, 128, 128, v, v, cb.data(), fast), Error);
 }
 
 BOOST_AUTO_TEST_CASE(linear_follows_the_documented_pipeline) {
@@ -274,6 +364,77 @@ BOOST_AUTO_TEST_CASE(linear_follows_the_documented_pipeline) {
   BOOST_TEST(rel_err(got.y, bf.y) > 1e-3);
 }
 
+BOOST_AUTO_TEST_CASE(block_linear_follows_the_documented_pipeline) {
+  // Linear<bf16> with block scaling vs a host model of the documented
+  // pipeline: E4M3 everywhere; x and dy quantized per 128 elements along the
+  // product's reduction dimension (x along in for y, x^T along rows for dW;
+  // dy along out for dx, dy^T along rows for dW), W per 128x128 tile (W^T the
+  // same tiles); products in f64; the bias gradient as dy's column sums.
+  const int batch = 2, seq = 64, in = 128, out = 256, rows = batch * seq;
+  Linear<bfloat16_t> fc(in, out);
+  fc.set_fp8_policy(block());
+  std::vector<Fp8Scale*> none;
+  fc.fp8_scales(none);
+  BOOST_TEST(none.empty());  // block scaling keeps no state
+  std::mt19937_64 rng(13);
+  HostVec x = rounded<bfloat16_t>(random_vec(std::size_t(rows) * in, rng));
+  for (int r = 0; r < rows; ++r)  // rows of different magnitude: per-row scales matter
+    for (int c = 0; c < in; ++c) x[std::size_t(r) * in + c] *= std::ldexp(1.0, r % 9 - 4);
+  std::vector<HostVec> hp{rounded<bfloat16_t>(random_vec(std::size_t(out) * in, rng, -0.3, 0.3)),
+                          rounded<bfloat16_t>(random_vec(std::size_t(out), rng))};
+  for (int o = 128; o < out; ++o)  // the second weight tile 2^-6 smaller
+    for (int c = 0; c < in; ++c) hp[0][std::size_t(o) * in + c] *= 1.0 / 64;
+  HostVec dy = rounded<bfloat16_t>(random_vec(std::size_t(rows) * out, rng, -1e-3, 1e-3));
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < out; ++c) dy[std::size_t(r) * out + c] *= std::ldexp(1.0, (r + c / 128) % 5);
+  const Out got = run(fc, x, {batch, seq, in}, hp, dy);
+
+  // Quantize m [outer, k] in blocks of `br` rows x 128 columns (br 1 or 128).
+  auto quantize = [](const HostVec& m, int outer, int k, int br) {
+    HostVec q(m.size());
+    for (int r0 = 0; r0 < outer; r0 += br)
+      for (int c0 = 0; c0 < k; c0 += 128) {
+        HostVec blk;
+        for (int r = r0; r < r0 + br; ++r)
+          for (int c = c0; c < c0 + 128; ++c) blk.push_back(m[std::size_t(r) * k + c]);
+        const HostVec d = model_quantize<float8_e4m3_t>(blk, model_scale<float8_e4m3_t>(blk));
+        std::size_t i = 0;
+        for (int r = r0; r < r0 + br; ++r)
+          for (int c = c0; c < c0 + 128; ++c) q[std::size_t(r) * k + c] = d[i++];
+      }
+    return q;
+  };
+  auto abs_of = [](HostVec v) {
+    for (auto& e : v) e = std::fabs(e);
+    return v;
+  };
+  const HostVec qx = quantize(x, rows, in, 1), qw = quantize(hp[0], out, in, 128);
+  HostVec y = product_tn(qx, qw, rows, out, in);
+  const HostVec ymag = product_tn(abs_of(qx), abs_of(qw), rows, out, in);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < out; ++j) y[std::size_t(i) * out + j] += hp[1][std::size_t(j)];
+  BOOST_TEST(bound_ratio(got.y, y, ymag) <= 1.0);
+  const HostVec qdy = quantize(dy, rows, out, 1), qwt = quantize(transpose(hp[0], out, in), in, out, 128);
+  const HostVec dx = product_tn(qdy, qwt, rows, in, out);
+  BOOST_TEST(bound_ratio(got.dx, dx, product_tn(abs_of(qdy), abs_of(qwt), rows, in, out)) <= 1.0);
+  const HostVec qdyt = quantize(transpose(dy, rows, out), out, rows, 1);
+  const HostVec qxt = quantize(transpose(x, rows, in), in, rows, 1);
+  const HostVec dw = product_tn(qdyt, qxt, out, in, rows);
+  BOOST_TEST(bound_ratio(got.grads[0], dw, product_tn(abs_of(qdyt), abs_of(qxt), out, in, rows)) <= 1.0);
+  HostVec db(std::size_t(out), 0.0), dbmag(std::size_t(out), 0.0);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < out; ++j) {
+      db[std::size_t(j)] += dy[std::size_t(i) * out + j];
+      dbmag[std::size_t(j)] += std::fabs(dy[std::size_t(i) * out + j]);
+    }
+  BOOST_TEST(bound_ratio(got.grads[1], db, dbmag) <= 1.0);
+  // Per-tensor scaling of the same data differs: the blocks were used.
+  Linear<bfloat16_t> cur(in, out);
+  cur.set_fp8_policy(current());
+  const Out pt = run(cur, x, {batch, seq, in}, hp, dy);
+  BOOST_TEST(rel_err(got.dx, pt.dx) > 1e-3);
+}
+
 BOOST_AUTO_TEST_CASE(layers_track_double_within_fp8_tolerance) {
   // Linear and a TransformerLayer (qkv, proj, fc1 with the GELU epilogue,
   // fc2 in fp8) against their double twins. Shapes: multiples of 16.
@@ -300,7 +461,7 @@ BOOST_AUTO_TEST_CASE(layers_track_double_within_fp8_tolerance) {
     const double fe = l2(got.y, want.y);
     double be = l2(got.dx, want.dx);
     for (std::size_t p = 0; p < hp.size(); ++p) be = std::max(be, l2(got.grads[p], want.grads[p]));
-    BOOST_TEST_MESSAGE(ld.kind() << " fp8-current: forward RMS relative error " << fe
+    BOOST_TEST_MESSAGE(ld.kind() << " fp8: forward RMS relative error " << fe
                                  << ", backward (worst tensor) " << be);
     BOOST_TEST_INFO(ld.kind());
     BOOST_TEST(fe <= ftol);
@@ -318,6 +479,14 @@ BOOST_AUTO_TEST_CASE(layers_track_double_within_fp8_tolerance) {
     TransformerLayer<double> d(64, 4, 128);
     l.set_fp8_policy(current());
     compare(l, d, {2, 16, 64}, 1.4e-1, 2.8e-1);
+  }
+  {
+    // Block scaling (E4M3 gradients too: finer scales, fewer bits than
+    // e5m2's range needs): the same bounds; 128-multiples so it runs in fp8.
+    TransformerLayer<bfloat16_t> l(128, 4, 256);
+    TransformerLayer<double> d(128, 4, 256);
+    l.set_fp8_policy(block());
+    compare(l, d, {2, 64, 128}, 1.4e-1, 2.8e-1);
   }
 }
 
@@ -391,6 +560,8 @@ BOOST_AUTO_TEST_CASE(recipe_names) {
   BOOST_TEST(!Recipe::parse("fp8").fp8_compute.enabled());
   BOOST_CHECK(Recipe::parse("fp8-delayed").fp8_compute.scaling == Fp8Scaling::delayed);
   BOOST_TEST(Recipe::parse("fp8-delayed").fp8_compute.amax_history_len == 1024);
+  BOOST_CHECK(Recipe::parse("fp8-block").fp8_compute.scaling == Fp8Scaling::block);
+  BOOST_CHECK(Recipe::parse("fp8-block").gather_dtype == DType::bf16);
   BOOST_CHECK_THROW(Recipe::parse("fp8-current", true), Error);  // fp8_init: fp8 only
 }
 

@@ -17,6 +17,7 @@
 
 #include "checker.hpp"
 #include "fp8_reference.hpp"
+#include "fp8_test_io.hpp"
 #include "kshard/engine/kernels/fp8_tensor.hpp"
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
@@ -25,40 +26,6 @@ using namespace kshard_test;
 using kshard::bfloat16_t;
 
 namespace {
-
-/// bf16 values of varied magnitude (2^-20 .. 2^20) with zeros and negatives.
-std::vector<float> bf16_values(std::size_t n, std::uint32_t seed, int emin = -20, int emax = 20) {
-  std::mt19937 rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    const std::uint32_t r = rng();
-    float f = float(std::ldexp(double(r & 0xFFFF) / 65536.0 + 0.5, emin + int(rng() % (emax - emin + 1))));
-    if ((r >> 16) % 13 == 0) f = 0.0f;
-    if ((r >> 20) & 1) f = -f;
-    x = kshard::to_float(kshard::from_float<bfloat16_t>(f));  // exactly representable
-  }
-  return v;
-}
-
-Kokkos::View<bfloat16_t*> upload(const std::vector<float>& h) {
-  Kokkos::View<bfloat16_t*> d("x", h.size());
-  auto m = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < h.size(); ++i) m(i) = kshard::from_float<bfloat16_t>(h[i]);
-  Kokkos::deep_copy(d, m);
-  return d;
-}
-
-template <class T>
-std::vector<T> download(const Kokkos::View<T*>& d) {
-  auto m = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
-  return std::vector<T>(m.data(), m.data() + m.extent(0));
-}
-
-std::string show(float v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%a", double(v));
-  return b;
-}
 
 /// Casts x [rows, cols] with current scaling (amax pass + cast) and checks q,
 /// qt, scale and amax against the reference.

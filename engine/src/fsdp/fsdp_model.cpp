@@ -345,11 +345,15 @@ FsdpModel::FsdpModel(const DeviceMesh& mesh, const std::vector<LayerDef>& layers
   }
   if (recipe_.fp8_compute.enabled()) {
     std::string why;
-    if (!fp8_gemm_available(&why))
+    const bool blocks = recipe_.fp8_compute.scaling == Fp8Scaling::block;
+    if (!fp8_gemm_available(&why, blocks))
       throw Error("recipe '" + recipe_.name + "' on " + why,
-                  "a GPU with fp8 tensor cores (compute capability 8.9+: Ada, Hopper, "
-                  "Blackwell) for the fp8 compute recipes, or recipe fp32, bf16, fp16 or fp8 "
-                  "(fp8 all-gather, bf16 compute), which run on any GPU");
+                  blocks ? "a Hopper GPU (compute capability 9.0) for fp8-block, or fp8-current / "
+                           "fp8-delayed (8.9+), or recipe fp32, bf16, fp16 or fp8 (fp8 "
+                           "all-gather, bf16 compute), which run on any GPU"
+                         : "a GPU with fp8 tensor cores (compute capability 8.9+: Ada, Hopper, "
+                           "Blackwell) for the fp8 compute recipes, or recipe fp32, bf16, fp16 "
+                           "or fp8 (fp8 all-gather, bf16 compute), which run on any GPU");
     core_->set_fp8_policy(recipe_.fp8_compute);
     if (recipe_.fp8_compute.scaling == Fp8Scaling::delayed) {
       std::vector<Fp8Scale*> scales;

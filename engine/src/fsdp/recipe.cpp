@@ -27,9 +27,13 @@ Recipe Recipe::parse(const std::string& name, bool fp8_init) {
     r.gather_dtype = DType::bf16;
     r.compute_dtype = DType::bf16;
     r.fp8_compute.scaling = Fp8Scaling::delayed;
+  } else if (name == "fp8-block") {
+    r.gather_dtype = DType::bf16;
+    r.compute_dtype = DType::bf16;
+    r.fp8_compute.scaling = Fp8Scaling::block;
   } else {
     throw Error("unknown recipe '" + name + "'",
-                "one of fp32, bf16, fp16, fp8, fp8-current, fp8-delayed");
+                "one of fp32, bf16, fp16, fp8, fp8-current, fp8-delayed, fp8-block");
   }
   if (fp8_init && !r.is_fp8())
     throw Error("fp8_init with recipe '" + name + "'", "fp8_init only with the fp8 recipe");

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kshard/compat/for_each.hpp"
+#include "kshard/engine/kernels/fp8_blockwise.hpp"
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "pointwise.hpp"
@@ -28,6 +29,19 @@ void check(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
     throw Error(who + " with a null operand, scale or output", "every pointer set");
   if (a.format == Fp8Format::e5m2 && b.format == Fp8Format::e5m2)
     throw Error(who + " with two E5M2 operands", "at least one E4M3 operand (fp8 tensor cores)");
+  const bool blocks = a.scaling != Fp8ScaleMode::tensor || b.scaling != Fp8ScaleMode::tensor;
+  if (blocks) {
+    // cuBLASLt's block-scaled fp8 (sm_90): both operands block-scaled, E4M3,
+    // not both 128x128, k whole blocks, exact accumulation.
+    const bool both = a.scaling != Fp8ScaleMode::tensor && b.scaling != Fp8ScaleMode::tensor;
+    if (!both || a.format != Fp8Format::e4m3 || b.format != Fp8Format::e4m3 ||
+        (a.scaling == Fp8ScaleMode::block_128x128 && b.scaling == Fp8ScaleMode::block_128x128) ||
+        k % kFp8Block != 0 || opt.fast_accum)
+      throw Error(who + " with block scales (A " + std::to_string(int(a.scaling)) + ", B " +
+                      std::to_string(int(b.scaling)) + ")" + (opt.fast_accum ? " and FAST_ACCUM" : ""),
+                  "both operands E4M3 and block-scaled (1x128 x 1x128, 1x128 x 128x128 or "
+                  "128x128 x 1x128), k a multiple of 128, fast_accum off");
+  }
   if (opt.epilogue != Fp8Epilogue::none && (f32 || !opt.bias))
     throw Error(who + " with a bias epilogue" + (f32 ? " on an f32 output" : " and no bias"),
                 "bias epilogues with a bf16 output and a bias pointer");
@@ -63,7 +77,9 @@ bool fp8_gemm_supported(std::int64_t m, std::int64_t n, std::int64_t k) noexcept
   return m > 0 && n > 0 && k > 0 && m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
 }
 
-bool fp8_gemm_available(std::string* why) { return detail::fp8_gemm_backend_available(why); }
+bool fp8_gemm_available(std::string* why, bool blocks) {
+  return detail::fp8_gemm_backend_available(why, blocks);
+}
 
 void fp8_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
                  const Fp8Operand& b, bfloat16_t* c, const Fp8GemmOptions& opt) {

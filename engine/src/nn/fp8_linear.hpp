@@ -15,8 +15,14 @@
 //           W^T and x^T cast with the forward's scales (same values: the
 //           caller hands backward the forward's parameter values and input);
 //           dW += dyq^T . (x^T)^T (f32, beta 1), dx = dyq . (W^T)^T.
+// Block scaling (Fp8Scaling::block): every operand E4M3; x, dy and their
+// transposes with 1x128 scales along the product's reduction dimension, W
+// and W^T with 128x128 tiles (kernels/fp8_blockwise.hpp), each cast from this
+// call's values (no state); exact accumulation in every GEMM (cuBLASLt has no
+// FAST_ACCUM for block scales). The dy cast also sums dy's columns (bias).
 // The fp8 copies are pool scratch for the duration of one call: nothing is
-// kept between forward and backward but the three scales (8 bytes each).
+// kept between forward and backward but the three per-tensor scales (16
+// bytes each).
 #include <cstdint>
 
 #include <Kokkos_Core.hpp>
@@ -31,11 +37,14 @@ class Fp8Linear {
  public:
   explicit Fp8Linear(Fp8Policy policy);
   const Fp8Policy& policy() const { return policy_; }
-  /// x, W, dy: the order Fp8AmaxHistory keeps them in.
-  void scales(std::vector<Fp8Scale*>& out) { out.insert(out.end(), {&sx_, &sw_, &sdy_}); }
+  /// x, W, dy: the order Fp8AmaxHistory keeps them in (none for block scaling).
+  void scales(std::vector<Fp8Scale*>& out) {
+    if (policy_.scaling != Fp8Scaling::block) out.insert(out.end(), {&sx_, &sw_, &sdy_});
+  }
 
-  /// Whether the three products of a [rows, in] -> [rows, out] Linear fit the fp8 GEMM.
-  static bool fits(std::int64_t rows, std::int64_t in, std::int64_t out) noexcept;
+  /// Whether the three products of a [rows, in] -> [rows, out] Linear fit the
+  /// fp8 GEMM (multiples of 16; of 128 for block scaling).
+  bool fits(std::int64_t rows, std::int64_t in, std::int64_t out) const noexcept;
 
   /// y = x W^T (+ bias; + GELU with `pre` the pre-activation when e is bias_gelu).
   void forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
@@ -51,6 +60,13 @@ class Fp8Linear {
  private:
   // Current scaling: the amax of t into s, cast from it; delayed: the scale as set.
   Fp8ScaleFrom prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s);
+  void forward_blocks(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
+                      std::int64_t out, Kokkos::View<const bfloat16_t*> w, Fp8GemmOptions o,
+                      bfloat16_t* y);
+  void backward_blocks(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
+                       std::int64_t rows, std::int64_t in, std::int64_t out,
+                       Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
+                       bfloat16_t* dx);
 
   Fp8Policy policy_;
   Fp8Scale sx_, sw_, sdy_;

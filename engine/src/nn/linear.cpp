@@ -39,7 +39,7 @@ template <class T>
 detail::Fp8Linear* fp8_path(const std::unique_ptr<detail::Fp8Linear>& fp8, std::int64_t rows,
                             std::int64_t in, std::int64_t out) {
   if constexpr (std::is_same_v<T, bfloat16_t>)
-    return fp8 && detail::Fp8Linear::fits(rows, in, out) ? fp8.get() : nullptr;
+    return fp8 && fp8->fits(rows, in, out) ? fp8.get() : nullptr;
   (void)fp8, (void)rows, (void)in, (void)out;
   return nullptr;
 }

@@ -28,13 +28,36 @@ namespace {
 
 struct Fp8Plans;  // plan_cache tag
 
-// (m, n, k, A format, B format, C is f32, epilogue, fast accum, alignments of A, B, C, bias, pre)
+// (m, n, k, A format, B format, C is f32, epilogue, fast accum, alignments of A, B, C, bias,
+//  pre, A scale mode, B scale mode)
 using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, bool, int, bool,
-                       std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>;
+                       std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t,
+                       int, int>;
 using Plan = LtPlan;
 
 cudaDataType_t fp8_type(Fp8Format f) {
   return f == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+// fp8_blockwise.hpp's layouts are the ones these modes read: 1x128 scales
+// outer-dimension fastest, 128x128 tiles k-block fastest in rows of a
+// multiple of four.
+std::int32_t scale_mode(Fp8ScaleMode m) {
+  switch (m) {
+    case Fp8ScaleMode::block_1x128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case Fp8ScaleMode::block_128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    default: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  }
+}
+
+// cuBLASLt's A is our B (and the other way round), so are their scales.
+void set_scale_pointers(Plan& p, const Fp8Operand& a, const Fp8Operand& b) {
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                              &b.scale_inv, sizeof(b.scale_inv)),
+               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &a.scale_inv, sizeof(a.scale_inv)),
+               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
 }
 
 template <class TC>
@@ -47,6 +70,16 @@ Plan make_plan(CublasLt& s, std::int64_t m, std::int64_t n, std::int64_t k, cons
   check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                               sizeof(fast)),
                "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+  if (a.scaling != Fp8ScaleMode::tensor || b.scaling != Fp8ScaleMode::tensor) {
+    // cuBLASLt's A is our B: its scale mode too.
+    const std::int32_t mode_a = scale_mode(b.scaling), mode_b = scale_mode(a.scaling);
+    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                &mode_a, sizeof(mode_a)),
+                 "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+    check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                &mode_b, sizeof(mode_b)),
+                 "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+  }
   if (opt.epilogue != Fp8Epilogue::none) {
     const cublasLtEpilogue_t epi = opt.epilogue == Fp8Epilogue::bias
                                        ? CUBLASLT_EPILOGUE_BIAS
@@ -81,6 +114,10 @@ Plan make_plan(CublasLt& s, std::int64_t m, std::int64_t n, std::int64_t k, cons
                "cublasLtMatrixLayoutCreate(C)");
   check_cublas(cublasLtMatrixLayoutCreate(&p.d, ct, std::uint64_t(n), std::uint64_t(m), n),
                "cublasLtMatrixLayoutCreate(D)");
+  // The scale pointers before the heuristic: with block scale modes cuBLASLt
+  // finds no algorithm without them (CUBLAS_STATUS_NOT_SUPPORTED on the H100,
+  // cuBLASLt 13.1); run() sets each call's own.
+  set_scale_pointers(p, a, b);
   choose_algorithm(s, p, std::get<9>(key), std::get<8>(key), std::get<10>(key));
   return p;
 }
@@ -100,19 +137,14 @@ bool run(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
   const Key key{m, n, k, int(a.format), int(b.format), f32, int(opt.epilogue), opt.fast_accum,
                 pointer_alignment(a.data), pointer_alignment(b.data), pointer_alignment(c),
                 opt.epilogue != Fp8Epilogue::none ? pointer_alignment(opt.bias) : 256u,
-                opt.epilogue == Fp8Epilogue::bias_gelu ? pointer_alignment(opt.pre) : 256u};
+                opt.epilogue == Fp8Epilogue::bias_gelu ? pointer_alignment(opt.pre) : 256u,
+                int(a.scaling), int(b.scaling)};
   auto& cache = plan_cache<Fp8Plans, Key>();
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, make_plan<TC>(s, m, n, k, a, b, opt, key)).first;
   Plan& p = it->second;
   if (!p.ok) return false;
-  // cuBLASLt's A is our B (and the other way round), so are their scales.
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                              &b.scale_inv, sizeof(b.scale_inv)),
-               "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
-  check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                              &a.scale_inv, sizeof(a.scale_inv)),
-               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  set_scale_pointers(p, a, b);
   if (opt.epilogue != Fp8Epilogue::none)
     check_cublas(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &opt.bias, sizeof(opt.bias)),
@@ -143,17 +175,20 @@ bool fp8_gemm_backend(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8O
   return run(m, n, k, a, b, c, opt);
 }
 
-bool fp8_gemm_backend_available(std::string* why) {
+bool fp8_gemm_backend_available(std::string* why, bool blocks) {
   int dev = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
     if (why) *why = "no CUDA device could be queried";
     return false;
   }
-  const bool ok = prop.major > 8 || (prop.major == 8 && prop.minor >= 9);
+  const bool ok = blocks ? prop.major == 9
+                        : prop.major > 8 || (prop.major == 8 && prop.minor >= 9);
   if (!ok && why)
     *why = std::string(prop.name) + " (compute capability " + std::to_string(prop.major) + "." +
-           std::to_string(prop.minor) + ") has no fp8 tensor cores (8.9 or newer)";
+           std::to_string(prop.minor) + ")" +
+           (blocks ? " has no block-scaled fp8 GEMM in cuBLASLt (Hopper, 9.0)"
+                   : " has no fp8 tensor cores (8.9 or newer)");
   return ok;
 }
 

@@ -9,6 +9,7 @@
 //   fp8    e4m3 + one f32 scale per 128-elt block  bf16           f32           no
 //   fp8-current  bf16                               bf16 + fp8 GEMMs f32         no
 //   fp8-delayed  bf16                               bf16 + fp8 GEMMs f32         no
+//   fp8-block    bf16                               bf16 + fp8 GEMMs f32         no
 //
 // Master weights, optimizer state and the sharded gradient are always f32.
 // The compute dtype is FSDP2's param_dtype: layers run in it (parameters and
@@ -27,8 +28,11 @@
 // (E4M3 activations and weights, E5M2 gradients, scales from this step's
 // amax). fp8-delayed is TE's DelayedScaling (HYBRID formats; scales from an
 // amax history of fp8_compute.amax_history_len steps, max-reduced across the
-// ranks; the history is model state, kept in checkpoints). Their all-gather
-// is bf16, like bf16's. They need a GPU with fp8 tensor cores (compute
+// ranks; the history is model state, kept in checkpoints). fp8-block is TE's
+// Float8BlockScaling (E4M3 throughout; 1x128 scales for activations and
+// gradients, 128x128 for weights, from this step's values; no state; Linears
+// whose rows and features are multiples of 128). Their all-gather is bf16,
+// like bf16's. They need a GPU with fp8 tensor cores (compute
 // capability 8.9+); the host backend emulates them bit for bit.
 #include <string>
 
@@ -45,9 +49,10 @@ struct Recipe {
   bool loss_scaling = false;
   bool fp8_init = false;
   int fp8_block = 128;
-  Fp8Policy fp8_compute{};  ///< fp8 GEMMs (none for every recipe but fp8-current)
+  Fp8Policy fp8_compute{};  ///< fp8 GEMMs (fp8-current, fp8-delayed, fp8-block)
 
-  /// "fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-delayed"; throws kshard::Error otherwise, or for
+  /// "fp32", "bf16", "fp16", "fp8", "fp8-current", "fp8-delayed", "fp8-block"; throws
+  /// kshard::Error otherwise, or for
   /// fp8_init with a recipe other than fp8.
   static Recipe parse(const std::string& name, bool fp8_init = false);
   bool is_fp8() const noexcept { return gather_dtype == DType::e4m3; }

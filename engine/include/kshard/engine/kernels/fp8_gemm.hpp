@@ -9,8 +9,11 @@
 //   dgrad    dx[rows, in]  = dy[rows, out]  . (W^T)[in, out]^T
 //   wgrad    dW[out, in]  += (dy^T)[out, rows] . (x^T)[in, rows]^T   (C f32, beta 1)
 //
-// A and B are row-major, packed, E4M3 or E5M2 (not both E5M2), each with one
-// f32 dequantization scale in device memory (fp8_tensor.hpp's Fp8Scale);
+// A and B are row-major, packed, E4M3 or E5M2 (not both E5M2), each with f32
+// dequantization scales in device memory: one per tensor (fp8_tensor.hpp's
+// Fp8Scale), or one per 1x128 block along k or per 128x128 tile
+// (fp8_blockwise.hpp's layouts; E4M3 only, k a multiple of 128, not both
+// 128x128, no FAST_ACCUM: cuBLASLt's VEC128_32F / BLK128x128_32F on sm_90);
 // products accumulate in f32; C is bf16 or f32. Epilogues for bf16 C: the bias
 // (bf16 [n]) and bias + GELU (tanh), which also writes the pre-activation
 // (what a Linear's forward_gelu needs); where a backend has no fused epilogue
@@ -33,10 +36,18 @@
 
 namespace kshard {
 
+/// How an operand's dequantization scales cover it.
+enum class Fp8ScaleMode {
+  tensor,       ///< one scale
+  block_1x128,  ///< one per 128 consecutive elements along k
+  block_128x128 ///< one per 128 x 128 tile
+};
+
 struct Fp8Operand {
   const void* data = nullptr;         ///< row-major [rows, k], packed
   Fp8Format format = Fp8Format::e4m3;
-  const float* scale_inv = nullptr;   ///< device: the dequantization multiplier
+  const float* scale_inv = nullptr;   ///< device: the dequantization multiplier(s)
+  Fp8ScaleMode scaling = Fp8ScaleMode::tensor;
 };
 
 enum class Fp8Epilogue { none, bias, bias_gelu };
@@ -52,9 +63,11 @@ struct Fp8GemmOptions {
 bool fp8_gemm_supported(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
 
 /// True when this build's fp8 GEMMs run on tensor cores the device has
-/// (CUDA: compute capability 8.9 or newer); the host emulation is always
-/// available. `why` gets the device name and capability when false.
-bool fp8_gemm_available(std::string* why = nullptr);
+/// (CUDA: compute capability 8.9 or newer; with `blocks`, the block-scaled
+/// ones: 9.0, where cuBLASLt has VEC128_32F / BLK128x128_32F); the host
+/// emulation is always available. `why` gets the device name and capability
+/// when false.
+bool fp8_gemm_available(std::string* why = nullptr, bool blocks = false);
 
 void fp8_gemm_tn(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
                  const Fp8Operand& b, bfloat16_t* c, const Fp8GemmOptions& opt = {});
@@ -69,7 +82,7 @@ bool fp8_gemm_backend(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8O
                       const Fp8Operand& b, bfloat16_t* c, const Fp8GemmOptions& opt);
 bool fp8_gemm_backend(std::int64_t m, std::int64_t n, std::int64_t k, const Fp8Operand& a,
                       const Fp8Operand& b, float* c, const Fp8GemmOptions& opt);
-bool fp8_gemm_backend_available(std::string* why);
+bool fp8_gemm_backend_available(std::string* why, bool blocks);
 }  // namespace detail
 
 }  // namespace kshard

@@ -15,17 +15,24 @@
 //            (FsdpModel::after_optimizer_step), so every rank uses the same
 //            scales. Scales are powers of two (TE's are not): exact to apply,
 //            bit-identical on host and device.
+//   block    block scaling (TE's Float8BlockScaling, DeepSeek-V3's recipe):
+//            E4M3 everywhere, a scale per 1x128 block along the reduction
+//            dimension for activations and gradients and per 128x128 tile
+//            for weights (kernels/fp8_blockwise.hpp), from this step's values;
+//            power-of-two scales (TE's default for this recipe). Rows, in and
+//            out features must be multiples of 128; other Linears stay bf16.
 //
 // Which products: forward x W^T, dgrad dy W and wgrad dy^T x of every Linear in
 // bf16 compute whose rows, in and out features are multiples of 16 (the fp8
-// tensor cores' rule, kernels/fp8_gemm.hpp); other shapes stay bf16. Bias,
+// tensor cores' rule, kernels/fp8_gemm.hpp; 128 for block scaling); other
+// shapes stay bf16. Bias,
 // GELU, attention's softmax core, LayerNorm, the loss and the optimizer are
 // not fp8 (TE's defaults).
 #include "kshard/engine/kernels/fp8_tensor.hpp"
 
 namespace kshard {
 
-enum class Fp8Scaling { none, current, delayed };
+enum class Fp8Scaling { none, current, delayed, block };
 
 struct Fp8Policy {
   Fp8Scaling scaling = Fp8Scaling::none;

@@ -1,0 +1,243 @@
+#include "kshard/engine/kernels/fp8_blockwise.hpp"
+
+#include <string>
+
+#include "kshard/compat/for_each.hpp"
+#include "kshard/error.hpp"
+#include "kshard/numeric/convert.hpp"
+#include "fp8_scaling.hpp"
+
+namespace kshard {
+namespace {
+
+using Member = Kokkos::TeamPolicy<>::member_type;
+using E4 = float8_e4m3_t;
+using detail::Bf16x8;
+
+constexpr int kB = int(kFp8Block);
+constexpr int kVectors = kB / 8;  // eight-element vectors per tile row
+// Tile rows of 136 bf16 (272 bytes): 16-byte aligned for the vector stores,
+// and rows 4 banks apart, so the column walks do not all hit one bank.
+constexpr int kStride = kB + 8;
+
+std::int64_t round_up4(std::int64_t n) { return (n + 3) / 4 * 4; }
+
+KOKKOS_INLINE_FUNCTION float bf16_bits_float(std::uint16_t b) {
+  return numeric_detail::bits_float(std::uint32_t(b) << 16);
+}
+
+KOKKOS_INLINE_FUNCTION float max_of(float a, float b) { return a > b ? a : b; }
+
+// One team per 128 x 128 tile of x [rows, cols]: the tile is staged in team
+// scratch as bf16, its amaxes taken per row and per column (and per tile),
+// then q is written along the tile's rows and qt along its columns, eight
+// encoded bytes per store.
+//   1x128:   q's scale per tile row (a 128-block along cols), qt's per tile
+//            column (a 128-block along rows); column sums for dbias.
+//   128x128: one scale for the tile, for q and qt alike.
+struct CastBlockTiles {
+  const Bf16x8* x;                 // [rows, cols / 8]
+  std::uint64_t *q, *qt;           // [rows, cols / 8], [cols, rows / 8] groups of eight
+  float *q_scales, *qt_scales;
+  float* partials;                 // 1x128 with dbias: [rows / 128, cols] column sums
+  std::int64_t rows, cols, tiles_c, q_ld, qt_ld;  // q_ld / qt_ld: 128x128 grid strides
+  bool tile_scale;                 // 128x128
+
+  using Tile = Kokkos::View<std::uint16_t**, Kokkos::LayoutRight,
+                            Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Floats = Kokkos::View<float*, Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  // part: [0, 256) row halves, [256, 512) column halves, [512, 768) column
+  // half sums; amax: [0, 128) rows, [128, 256) columns.
+  static std::size_t scratch_bytes() {
+    return Tile::shmem_size(kB, kStride) + Floats::shmem_size(3 * 2 * kB) +
+           Floats::shmem_size(2 * kB);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t tr = team.league_rank() / tiles_c, tc = team.league_rank() % tiles_c;
+    const std::int64_t r0 = tr * kB, c0 = tc * kB;
+    Tile tile(team.team_scratch(0), kB, kStride);
+    Floats part(team.team_scratch(0), 3 * 2 * kB);
+    Floats amax(team.team_scratch(0), 2 * kB);
+    const bool sums = partials != nullptr;
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB * kVectors), [&](const int v) {
+      const int r = v / kVectors, c = (v % kVectors) * 8;
+      const Bf16x8 in = x[((r0 + r) * cols + c0 + c) / 8];
+      auto* dst = reinterpret_cast<std::uint64_t*>(&tile(r, c));
+      dst[0] = in.lo;
+      dst[1] = in.hi;
+    });
+    team.team_barrier();
+    // Halves of rows and columns, two threads each; fixed order.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, 2 * kB), [&](const int t) {
+      const int i = t / 2, h = (t % 2) * (kB / 2);
+      float mr = 0.0f, mc = 0.0f, sum = 0.0f;
+      for (int j = h; j < h + kB / 2; ++j) {
+        mr = max_of(mr, detail::fp8_amax_term(bf16_bits_float(tile(i, j))));
+        const float v = bf16_bits_float(tile(j, i));
+        mc = max_of(mc, detail::fp8_amax_term(v));
+        sum += v;
+      }
+      part(t) = mr;
+      part(2 * kB + t) = mc;
+      part(4 * kB + t) = sum;
+    });
+    team.team_barrier();
+    float whole = 0.0f;
+    if (tile_scale) {
+      compat::team_reduce(
+          team, 2 * kB, [&](const int t, float& m) { m = max_of(m, part(t)); },
+          Kokkos::Max<float>(whole));
+    } else {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB), [&](const int i) {
+        amax(i) = max_of(part(2 * i), part(2 * i + 1));
+        amax(kB + i) = max_of(part(2 * kB + 2 * i), part(2 * kB + 2 * i + 1));
+        if (sums) partials[tr * cols + c0 + i] = part(4 * kB + 2 * i) + part(4 * kB + 2 * i + 1);
+      });
+      team.team_barrier();
+    }
+    const int k_tile = detail::fp8_scale_exponent<E4>(whole);
+    if (q) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB * kVectors), [&](const int v) {
+        const int r = v / kVectors, c = (v % kVectors) * 8;
+        const int k = tile_scale ? k_tile : detail::fp8_scale_exponent<E4>(amax(r));
+        const auto* src = reinterpret_cast<const std::uint64_t*>(&tile(r, c));
+        float unused = 0.0f;
+        q[((r0 + r) * cols + c0 + c) / 8] =
+            detail::encode8<E4>(Bf16x8{src[0], src[1]}, detail::fp8_pow2(-k), unused);
+        if (!tile_scale && c == 0) q_scales[tc * rows + r0 + r] = detail::fp8_pow2(k);
+      });
+      if (tile_scale)
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          q_scales[tr * q_ld + tc] = detail::fp8_pow2(k_tile);
+          // The grid's padding to 16-byte rows holds 1s, so every float a
+          // GEMM may load was written.
+          if (tc == tiles_c - 1)
+            for (std::int64_t j = tiles_c; j < q_ld; ++j) q_scales[tr * q_ld + j] = 1.0f;
+        });
+    }
+    if (qt) {
+      // Lanes walk consecutive columns (conflict-free scratch reads); each
+      // writes eight bytes of one qt row.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB * kVectors), [&](const int v) {
+        const int c = v % kB, r = (v / kB) * 8;
+        const int k = tile_scale ? k_tile : detail::fp8_scale_exponent<E4>(amax(kB + c));
+        std::uint64_t lo = 0, hi = 0;
+        for (int e = 0; e < 4; ++e) {
+          lo |= std::uint64_t(tile(r + e, c)) << (16 * e);
+          hi |= std::uint64_t(tile(r + 4 + e, c)) << (16 * e);
+        }
+        float unused = 0.0f;
+        qt[((c0 + c) * rows + r0 + r) / 8] =
+            detail::encode8<E4>(Bf16x8{lo, hi}, detail::fp8_pow2(-k), unused);
+        if (!tile_scale && r == 0) qt_scales[tr * cols + c0 + c] = detail::fp8_pow2(k);
+      });
+      if (tile_scale)
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          qt_scales[tc * qt_ld + tr] = detail::fp8_pow2(k_tile);
+          if (tr == rows / kB - 1)
+            for (std::int64_t j = rows / kB; j < qt_ld; ++j) qt_scales[tc * qt_ld + j] = 1.0f;
+        });
+    }
+  }
+};
+
+void check(const char* who, Kokkos::View<const bfloat16_t*> x, std::int64_t rows,
+           std::int64_t cols, std::size_t q, std::size_t q_scales, std::int64_t want_q_scales,
+           std::size_t qt, std::size_t qt_scales, std::int64_t want_qt_scales) {
+  const std::string w = std::string(who) + " of [" + std::to_string(rows) + ", " +
+                        std::to_string(cols) + "]";
+  if (!fp8_blockwise_supported(rows, cols))
+    throw Error(w, "rows and cols positive multiples of 128 (fp8_blockwise_supported)");
+  if (std::int64_t(x.extent(0)) != rows * cols)
+    throw Error(w + ": x of " + std::to_string(x.extent(0)) + " elements",
+                std::to_string(rows * cols) + " (rows x cols)");
+  if (q == 0 && qt == 0) throw Error(w + " with no output", "q and/or qt");
+  const auto out = [&](const char* name, std::size_t n, std::size_t s, std::int64_t want_s) {
+    if (n == 0) return;
+    if (std::int64_t(n) != rows * cols || std::int64_t(s) != want_s)
+      throw Error(w + ": " + name + " of " + std::to_string(n) + " elements with " +
+                      std::to_string(s) + " scales",
+                  std::to_string(rows * cols) + " elements with " + std::to_string(want_s) +
+                      " scales (or 0 elements: not written)");
+  };
+  out("q", q, q_scales, want_q_scales);
+  out("qt", qt, qt_scales, want_qt_scales);
+  // The vector loads and stores need 16 / 8-byte alignment (Kokkos views and
+  // the scratch pool give 128 bytes or more).
+  if (reinterpret_cast<std::uintptr_t>(x.data()) % 16 != 0)
+    throw Error(w + ": x not 16-byte aligned", "x from a Kokkos view or the scratch pool");
+}
+
+void launch(const char* label, Kokkos::View<const bfloat16_t*> x, std::int64_t rows,
+            std::int64_t cols, void* q, float* q_scales, void* qt, float* qt_scales,
+            float* partials, bool tile_scale) {
+  const std::int64_t tiles_c = cols / kB;
+  CastBlockTiles f{reinterpret_cast<const Bf16x8*>(x.data()),
+                   static_cast<std::uint64_t*>(q),
+                   static_cast<std::uint64_t*>(qt),
+                   q_scales,
+                   qt_scales,
+                   partials,
+                   rows,
+                   cols,
+                   tiles_c,
+                   fp8_block_scale_ld(cols),
+                   fp8_block_scale_ld(rows),
+                   tile_scale};
+  Kokkos::parallel_for(label,
+                       detail::fp8_teams(rows / kB * tiles_c)
+                           .set_scratch_size(0, Kokkos::PerTeam(CastBlockTiles::scratch_bytes())),
+                       f);
+}
+
+}  // namespace
+
+bool fp8_blockwise_supported(std::int64_t rows, std::int64_t cols) noexcept {
+  return rows > 0 && cols > 0 && rows % kB == 0 && cols % kB == 0;
+}
+
+std::int64_t fp8_block_scale_ld(std::int64_t k) noexcept { return round_up4((k + kB - 1) / kB); }
+
+std::int64_t fp8_scales_1x128(std::int64_t outer, std::int64_t k) noexcept {
+  return outer * ((k + kB - 1) / kB);
+}
+
+std::int64_t fp8_scales_128x128(std::int64_t outer, std::int64_t k) noexcept {
+  return (outer + kB - 1) / kB * fp8_block_scale_ld(k);
+}
+
+void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+                    Kokkos::View<float8_e4m3_t*> q, Kokkos::View<float*> q_scales,
+                    Kokkos::View<float8_e4m3_t*> qt, Kokkos::View<float*> qt_scales,
+                    Kokkos::View<float*> dbias, Kokkos::View<float*> partials) {
+  check("fp8_cast_1x128", x, rows, cols, q.extent(0), q_scales.extent(0),
+        fp8_scales_1x128(rows, cols), qt.extent(0), qt_scales.extent(0),
+        fp8_scales_1x128(cols, rows));
+  const bool sums = dbias.extent(0) != 0;
+  if (sums && (std::int64_t(dbias.extent(0)) != cols ||
+               std::int64_t(partials.extent(0)) < rows / kB * cols))
+    throw Error("fp8_cast_1x128: dbias of " + std::to_string(dbias.extent(0)) +
+                    " and partials of " + std::to_string(partials.extent(0)) + " floats",
+                "dbias of cols = " + std::to_string(cols) + " and partials of at least rows / 128 "
+                "x cols = " + std::to_string(rows / kB * cols) + " floats");
+  launch("kshard::fp8_cast_1x128", x, rows, cols, q.extent(0) ? q.data() : nullptr,
+         q_scales.data(), qt.extent(0) ? qt.data() : nullptr, qt_scales.data(),
+         sums ? partials.data() : nullptr, false);
+  if (sums) detail::add_column_partials(partials, rows / kB, cols, dbias);
+}
+
+void fp8_cast_128x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
+                      Kokkos::View<float8_e4m3_t*> q, Kokkos::View<float*> q_scales,
+                      Kokkos::View<float8_e4m3_t*> qt, Kokkos::View<float*> qt_scales) {
+  check("fp8_cast_128x128", x, rows, cols, q.extent(0), q_scales.extent(0),
+        fp8_scales_128x128(rows, cols), qt.extent(0), qt_scales.extent(0),
+        fp8_scales_128x128(cols, rows));
+  launch("kshard::fp8_cast_128x128", x, rows, cols, q.extent(0) ? q.data() : nullptr,
+         q_scales.data(), qt.extent(0) ? qt.data() : nullptr, qt_scales.data(), nullptr, true);
+}
+
+}  // namespace kshard
