@@ -48,10 +48,11 @@ struct CastBlockTiles {
                             Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using Floats = Kokkos::View<float*, Kokkos::DefaultExecutionSpace::scratch_memory_space,
                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  // part: [0, 256) row halves, [256, 512) column halves, [512, 768) column
-  // half sums; amax: [0, 128) rows, [128, 256) columns.
+  // part: [0, 256) row halves' amaxes, [256, 768) column quarters' amaxes,
+  // [768, 1280) column quarters' sums; amax: [0, 128) rows, [128, 256) columns.
+  static constexpr int kRowParts = 2 * kB, kColParts = 4 * kB;
   static std::size_t scratch_bytes() {
-    return Tile::shmem_size(kB, kStride) + Floats::shmem_size(3 * 2 * kB) +
+    return Tile::shmem_size(kB, kStride) + Floats::shmem_size(kRowParts + 2 * kColParts) +
            Floats::shmem_size(2 * kB);
   }
 
@@ -59,9 +60,13 @@ struct CastBlockTiles {
     const std::int64_t tr = team.league_rank() / tiles_c, tc = team.league_rank() % tiles_c;
     const std::int64_t r0 = tr * kB, c0 = tc * kB;
     Tile tile(team.team_scratch(0), kB, kStride);
-    Floats part(team.team_scratch(0), 3 * 2 * kB);
+    Floats part(team.team_scratch(0), kRowParts + 2 * kColParts);
     Floats amax(team.team_scratch(0), 2 * kB);
     const bool sums = partials != nullptr;
+    // Row amaxes feed q's scales and the tile's; column amaxes qt's, and the
+    // column sums the bias gradient: only what this cast writes is taken.
+    const bool rows_needed = tile_scale || q != nullptr;
+    const bool cols_needed = (!tile_scale && qt != nullptr) || sums;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB * kVectors), [&](const int v) {
       const int r = v / kVectors, c = (v % kVectors) * 8;
@@ -71,31 +76,51 @@ struct CastBlockTiles {
       dst[1] = in.hi;
     });
     team.team_barrier();
-    // Halves of rows and columns, two threads each; fixed order.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, 2 * kB), [&](const int t) {
-      const int i = t / 2, h = (t % 2) * (kB / 2);
-      float mr = 0.0f, mc = 0.0f, sum = 0.0f;
-      for (int j = h; j < h + kB / 2; ++j) {
-        mr = max_of(mr, detail::fp8_amax_term(bf16_bits_float(tile(i, j))));
-        const float v = bf16_bits_float(tile(j, i));
-        mc = max_of(mc, detail::fp8_amax_term(v));
-        sum += v;
-      }
-      part(t) = mr;
-      part(2 * kB + t) = mc;
-      part(4 * kB + t) = sum;
-    });
+    if (rows_needed)  // two threads a row, four values per scratch load
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRowParts), [&](const int t) {
+        const int i = t / 2, h = (t % 2) * (kB / 2);
+        const auto* src = reinterpret_cast<const std::uint64_t*>(&tile(i, h));
+        float m = 0.0f;
+        for (int j = 0; j < kB / 8; ++j) {
+          const std::uint64_t w = src[j];
+          for (int e = 0; e < 4; ++e)
+            m = max_of(m, detail::fp8_amax_term(bf16_bits_float(std::uint16_t(w >> (16 * e)))));
+        }
+        part(t) = m;
+      });
+    if (cols_needed)  // a column pair per thread (one 4-byte load), a quarter of the rows
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB / 2 * 4), [&](const int t) {
+        const int p = t % (kB / 2), g = t / (kB / 2);
+        float m0 = 0.0f, m1 = 0.0f, s0 = 0.0f, s1 = 0.0f;
+        for (int r = g * (kB / 4); r < (g + 1) * (kB / 4); ++r) {
+          const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(&tile(r, 2 * p));
+          const float v0 = bf16_bits_float(std::uint16_t(w)), v1 = bf16_bits_float(std::uint16_t(w >> 16));
+          m0 = max_of(m0, detail::fp8_amax_term(v0));
+          m1 = max_of(m1, detail::fp8_amax_term(v1));
+          s0 += v0;
+          s1 += v1;
+        }
+        part(kRowParts + g * kB + 2 * p) = m0;
+        part(kRowParts + g * kB + 2 * p + 1) = m1;
+        part(kRowParts + kColParts + g * kB + 2 * p) = s0;
+        part(kRowParts + kColParts + g * kB + 2 * p + 1) = s1;
+      });
     team.team_barrier();
     float whole = 0.0f;
     if (tile_scale) {
       compat::team_reduce(
-          team, 2 * kB, [&](const int t, float& m) { m = max_of(m, part(t)); },
+          team, kRowParts, [&](const int t, float& m) { m = max_of(m, part(t)); },
           Kokkos::Max<float>(whole));
-    } else {
+    }
+    if (!tile_scale || sums) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB), [&](const int i) {
-        amax(i) = max_of(part(2 * i), part(2 * i + 1));
-        amax(kB + i) = max_of(part(2 * kB + 2 * i), part(2 * kB + 2 * i + 1));
-        if (sums) partials[tr * cols + c0 + i] = part(4 * kB + 2 * i) + part(4 * kB + 2 * i + 1);
+        if (rows_needed) amax(i) = max_of(part(2 * i), part(2 * i + 1));
+        if (cols_needed) {
+          const float* m = &part(kRowParts + i);
+          amax(kB + i) = max_of(max_of(m[0], m[kB]), max_of(m[2 * kB], m[3 * kB]));
+          const float* s = &part(kRowParts + kColParts + i);
+          if (sums) partials[tr * cols + c0 + i] = (s[0] + s[kB]) + (s[2 * kB] + s[3 * kB]);
+        }
       });
       team.team_barrier();
     }
@@ -120,20 +145,30 @@ struct CastBlockTiles {
         });
     }
     if (qt) {
-      // Lanes walk consecutive columns (conflict-free scratch reads); each
-      // writes eight bytes of one qt row.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB * kVectors), [&](const int v) {
-        const int c = v % kB, r = (v / kB) * 8;
-        const int k = tile_scale ? k_tile : detail::fp8_scale_exponent<E4>(amax(kB + c));
-        std::uint64_t lo = 0, hi = 0;
+      // A column pair per lane (4-byte scratch loads, consecutive lanes on
+      // consecutive words), eight rows: eight encoded bytes to each of two qt rows.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB / 2 * kVectors), [&](const int v) {
+        const int p = v % (kB / 2), r = (v / (kB / 2)) * 8, c = 2 * p;
+        const int k0 = tile_scale ? k_tile : detail::fp8_scale_exponent<E4>(amax(kB + c));
+        const int k1 = tile_scale ? k_tile : detail::fp8_scale_exponent<E4>(amax(kB + c + 1));
+        std::uint64_t lo0 = 0, hi0 = 0, lo1 = 0, hi1 = 0;
         for (int e = 0; e < 4; ++e) {
-          lo |= std::uint64_t(tile(r + e, c)) << (16 * e);
-          hi |= std::uint64_t(tile(r + 4 + e, c)) << (16 * e);
+          const std::uint32_t a = *reinterpret_cast<const std::uint32_t*>(&tile(r + e, c));
+          const std::uint32_t b = *reinterpret_cast<const std::uint32_t*>(&tile(r + 4 + e, c));
+          lo0 |= std::uint64_t(a & 0xFFFFu) << (16 * e);
+          lo1 |= std::uint64_t(a >> 16) << (16 * e);
+          hi0 |= std::uint64_t(b & 0xFFFFu) << (16 * e);
+          hi1 |= std::uint64_t(b >> 16) << (16 * e);
         }
         float unused = 0.0f;
         qt[((c0 + c) * rows + r0 + r) / 8] =
-            detail::encode8<E4>(Bf16x8{lo, hi}, detail::fp8_pow2(-k), unused);
-        if (!tile_scale && r == 0) qt_scales[tr * cols + c0 + c] = detail::fp8_pow2(k);
+            detail::encode8<E4>(Bf16x8{lo0, hi0}, detail::fp8_pow2(-k0), unused);
+        qt[((c0 + c + 1) * rows + r0 + r) / 8] =
+            detail::encode8<E4>(Bf16x8{lo1, hi1}, detail::fp8_pow2(-k1), unused);
+        if (!tile_scale && r == 0) {
+          qt_scales[tr * cols + c0 + c] = detail::fp8_pow2(k0);
+          qt_scales[tr * cols + c0 + c + 1] = detail::fp8_pow2(k1);
+        }
       });
       if (tile_scale)
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
