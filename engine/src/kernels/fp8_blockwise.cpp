@@ -13,6 +13,7 @@ namespace {
 using Member = Kokkos::TeamPolicy<>::member_type;
 using E4 = float8_e4m3_t;
 using detail::Bf16x8;
+using detail::bf16_bits_float;
 
 constexpr int kB = int(kFp8Block);
 constexpr int kVectors = kB / 8;  // eight-element vectors per tile row
@@ -21,10 +22,6 @@ constexpr int kVectors = kB / 8;  // eight-element vectors per tile row
 constexpr int kStride = kB + 8;
 
 std::int64_t round_up4(std::int64_t n) { return (n + 3) / 4 * 4; }
-
-KOKKOS_INLINE_FUNCTION float bf16_bits_float(std::uint16_t b) {
-  return numeric_detail::bits_float(std::uint32_t(b) << 16);
-}
 
 KOKKOS_INLINE_FUNCTION float max_of(float a, float b) { return a > b ? a : b; }
 
@@ -107,12 +104,11 @@ struct CastBlockTiles {
       });
     team.team_barrier();
     float whole = 0.0f;
-    if (tile_scale) {
+    if (tile_scale) {  // (never with sums: the bias gradient comes with 1x128 casts)
       compat::team_reduce(
           team, kRowParts, [&](const int t, float& m) { m = max_of(m, part(t)); },
           Kokkos::Max<float>(whole));
-    }
-    if (!tile_scale || sums) {
+    } else {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB), [&](const int i) {
         if (rows_needed) amax(i) = max_of(part(2 * i), part(2 * i + 1));
         if (cols_needed) {

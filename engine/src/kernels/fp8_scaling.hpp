@@ -12,7 +12,6 @@
 // |x| <= amax never saturates. k >= -126 keeps the scale and its reciprocal
 // normal floats.
 #include <cstdint>
-
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -21,7 +20,6 @@
 #endif
 
 #include "kshard/compat/for_each.hpp"
-
 #include "kshard/numeric/convert.hpp"
 #include "kshard/numeric/types.hpp"
 
@@ -129,9 +127,14 @@ struct alignas(16) Bf16x8 {
   std::uint64_t lo, hi;
 };
 
+/// The float of a bf16 bit pattern (exact: bf16 is float's upper half).
+KOKKOS_INLINE_FUNCTION float bf16_bits_float(std::uint16_t b) {
+  return numeric_detail::bits_float(std::uint32_t(b) << 16);
+}
+
 KOKKOS_INLINE_FUNCTION float bf16_lane(const Bf16x8& v, int e) {
   const std::uint64_t w = e < 4 ? v.lo : v.hi;
-  return numeric_detail::bits_float(std::uint32_t((w >> (16 * (e & 3))) & 0xFFFFu) << 16);
+  return bf16_bits_float(std::uint16_t(w >> (16 * (e & 3))));
 }
 
 /// Encodes the eight values of v, folds their amax into m; bytes[e] = lane e.

@@ -6,11 +6,6 @@
 namespace kshard::detail {
 namespace {
 
-template <class Fp8>
-Scratch<Fp8> fp8_scratch(std::int64_t n, const char* label) {
-  return scratch<Fp8>(n, label);
-}
-
 template <class T>
 Kokkos::View<T*> as_view(const Scratch<T>& s) {
   return Kokkos::View<T*>(s.view.data(), s.view.extent(0));
@@ -44,8 +39,8 @@ void Fp8Linear::forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, st
   o.bias = bias;
   o.pre = pre;
   if (policy_.scaling == Fp8Scaling::block) return forward_blocks(x, rows, in, out, w, o, y);
-  auto xq = fp8_scratch<E4>(rows * in, "kshard::Fp8Linear::xq");
-  auto wq = fp8_scratch<E4>(out * in, "kshard::Fp8Linear::wq");
+  auto xq = scratch<E4>(rows * in, "kshard::Fp8Linear::xq");
+  auto wq = scratch<E4>(out * in, "kshard::Fp8Linear::wq");
   fp8_cast(x, rows, in, sx_, prepare(x, sx_), as_view(xq), {});
   fp8_cast(w, out, in, sw_, prepare(w, sw_), as_view(wq), {});
   o.fast_accum = true;  // TE's forward setting (its backward GEMMs accumulate exactly)
@@ -60,10 +55,10 @@ void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const 
   if (policy_.scaling == Fp8Scaling::block) return backward_blocks(dy, x, rows, in, out, w, dw, db, dx);
   using E4 = float8_e4m3_t;
   using E5 = float8_e5m2_t;
-  auto dyq = fp8_scratch<E5>(rows * out, "kshard::Fp8Linear::dyq");
-  auto dyqt = fp8_scratch<E5>(rows * out, "kshard::Fp8Linear::dyqt");
-  auto xqt = fp8_scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
-  auto wqt = fp8_scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
+  auto dyq = scratch<E5>(rows * out, "kshard::Fp8Linear::dyq");
+  auto dyqt = scratch<E5>(rows * out, "kshard::Fp8Linear::dyqt");
+  auto xqt = scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
+  auto wqt = scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
   const Fp8ScaleFrom from_dy = prepare(dy, sdy_);
   if (db.extent(0) != 0) {
     auto partials = scratch<float>(fp8_column_sum_partials(rows, out), "kshard::Fp8Linear::dbias");
@@ -89,9 +84,9 @@ void Fp8Linear::forward_blocks(Kokkos::View<const bfloat16_t*> x, std::int64_t r
                                std::int64_t in, std::int64_t out,
                                Kokkos::View<const bfloat16_t*> w, Fp8GemmOptions o, bfloat16_t* y) {
   using E4 = float8_e4m3_t;
-  auto xq = fp8_scratch<E4>(rows * in, "kshard::Fp8Linear::xq");
+  auto xq = scratch<E4>(rows * in, "kshard::Fp8Linear::xq");
   auto xs = scratch<float>(fp8_scales_1x128(rows, in), "kshard::Fp8Linear::xs");
-  auto wq = fp8_scratch<E4>(out * in, "kshard::Fp8Linear::wq");
+  auto wq = scratch<E4>(out * in, "kshard::Fp8Linear::wq");
   auto ws = scratch<float>(fp8_scales_128x128(out, in), "kshard::Fp8Linear::ws");
   fp8_cast_1x128(x, rows, in, as_view(xq), as_view(xs), {}, {});
   fp8_cast_128x128(w, out, in, as_view(wq), as_view(ws), {}, {});
@@ -109,9 +104,9 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
   constexpr Fp8ScaleMode v128 = Fp8ScaleMode::block_1x128;
   // dy [rows, out] for dgrad (blocks along out) and dy^T [out, rows] for
   // wgrad (blocks along rows), with the bias gradient, in one kernel.
-  auto dyq = fp8_scratch<E4>(rows * out, "kshard::Fp8Linear::dyq");
+  auto dyq = scratch<E4>(rows * out, "kshard::Fp8Linear::dyq");
   auto dys = scratch<float>(fp8_scales_1x128(rows, out), "kshard::Fp8Linear::dys");
-  auto dyqt = fp8_scratch<E4>(rows * out, "kshard::Fp8Linear::dyqt");
+  auto dyqt = scratch<E4>(rows * out, "kshard::Fp8Linear::dyqt");
   auto dyts = scratch<float>(fp8_scales_1x128(out, rows), "kshard::Fp8Linear::dyts");
   {
     auto partials = scratch<float>(db.extent(0) ? rows / kFp8Block * out : 0,
@@ -119,11 +114,11 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
     fp8_cast_1x128(dy, rows, out, as_view(dyq), as_view(dys), as_view(dyqt), as_view(dyts), db,
                    as_view(partials));
   }
-  auto xqt = fp8_scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
+  auto xqt = scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
   auto xts = scratch<float>(fp8_scales_1x128(in, rows), "kshard::Fp8Linear::xts");
   fp8_cast_1x128(x, rows, in, {}, {}, as_view(xqt), as_view(xts));
   // W^T [in, out]: W's 128x128 tiles transposed, the same scales.
-  auto wqt = fp8_scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
+  auto wqt = scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
   auto wts = scratch<float>(fp8_scales_128x128(in, out), "kshard::Fp8Linear::wts");
   fp8_cast_128x128(w, out, in, {}, {}, as_view(wqt), as_view(wts));
   Fp8GemmOptions wgrad;

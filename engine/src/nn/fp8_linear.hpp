@@ -21,8 +21,8 @@
 // call's values (no state); exact accumulation in every GEMM (cuBLASLt has no
 // FAST_ACCUM for block scales). The dy cast also sums dy's columns (bias).
 // The fp8 copies are pool scratch for the duration of one call: nothing is
-// kept between forward and backward but the three per-tensor scales (16
-// bytes each).
+// kept between forward and backward but the three per-tensor scales
+// (kFp8ScaleFloats floats each; none for block scaling).
 #include <cstdint>
 
 #include <Kokkos_Core.hpp>
