@@ -24,6 +24,9 @@ constexpr int kStride = kB + 8;
 std::int64_t round_up4(std::int64_t n) { return (n + 3) / 4 * 4; }
 
 KOKKOS_INLINE_FUNCTION float max_of(float a, float b) { return a > b ? a : b; }
+KOKKOS_INLINE_FUNCTION std::uint32_t max_bits(std::uint32_t pair) {
+  return (pair & 0xFFFFu) > (pair >> 16) ? (pair & 0xFFFFu) : (pair >> 16);
+}
 
 // One team per 128 x 128 tile of x [rows, cols]: the tile is staged in team
 // scratch as bf16, its amaxes taken per row and per column (and per tile),
@@ -76,29 +79,26 @@ struct CastBlockTiles {
     if (rows_needed)  // two threads a row, four values per scratch load
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRowParts), [&](const int t) {
         const int i = t / 2, h = (t % 2) * (kB / 2);
-        const auto* src = reinterpret_cast<const std::uint64_t*>(&tile(i, h));
-        float m = 0.0f;
-        for (int j = 0; j < kB / 8; ++j) {
-          const std::uint64_t w = src[j];
-          for (int e = 0; e < 4; ++e)
-            m = max_of(m, detail::fp8_amax_term(bf16_bits_float(std::uint16_t(w >> (16 * e)))));
-        }
-        part(t) = m;
+        const auto* src = reinterpret_cast<const std::uint32_t*>(&tile(i, h));
+        std::uint32_t m = 0;  // two lanes' amax bits
+        for (int j = 0; j < kB / 4; ++j) m = detail::bf16x2_amax_bits(m, src[j]);
+        part(t) = bf16_bits_float(std::uint16_t(max_bits(m)));
       });
     if (cols_needed)  // a column pair per thread (one 4-byte load), a quarter of the rows
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB / 2 * 4), [&](const int t) {
         const int p = t % (kB / 2), g = t / (kB / 2);
-        float m0 = 0.0f, m1 = 0.0f, s0 = 0.0f, s1 = 0.0f;
+        std::uint32_t m = 0;  // the pair's amax bits
+        float s0 = 0.0f, s1 = 0.0f;
         for (int r = g * (kB / 4); r < (g + 1) * (kB / 4); ++r) {
           const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(&tile(r, 2 * p));
-          const float v0 = bf16_bits_float(std::uint16_t(w)), v1 = bf16_bits_float(std::uint16_t(w >> 16));
-          m0 = max_of(m0, detail::fp8_amax_term(v0));
-          m1 = max_of(m1, detail::fp8_amax_term(v1));
-          s0 += v0;
-          s1 += v1;
+          m = detail::bf16x2_amax_bits(m, w);
+          if (sums) {
+            s0 += bf16_bits_float(std::uint16_t(w));
+            s1 += bf16_bits_float(std::uint16_t(w >> 16));
+          }
         }
-        part(kRowParts + g * kB + 2 * p) = m0;
-        part(kRowParts + g * kB + 2 * p + 1) = m1;
+        part(kRowParts + g * kB + 2 * p) = bf16_bits_float(std::uint16_t(m));
+        part(kRowParts + g * kB + 2 * p + 1) = bf16_bits_float(std::uint16_t(m >> 16));
         part(kRowParts + kColParts + g * kB + 2 * p) = s0;
         part(kRowParts + kColParts + g * kB + 2 * p + 1) = s1;
       });
@@ -173,6 +173,58 @@ struct CastBlockTiles {
             for (std::int64_t j = rows / kB; j < qt_ld; ++j) qt_scales[tc * qt_ld + j] = 1.0f;
         });
     }
+  }
+};
+
+// q alone with 1x128 scales (the forward's x): nothing is transposed, so no
+// tile is staged. Each thread loads one eight-element vector, sixteen threads
+// make a 128-block, and the block's amax meets in team scratch: one barrier,
+// 5 KB of scratch a team (the tile kernel's 39 KB held five teams per SM).
+struct CastRows1x128 {
+  const Bf16x8* x;     // [rows, cols / 8]
+  std::uint64_t* q;    // the same shape, eight fp8 a group
+  float* q_scales;     // [cols / 128][rows]
+  std::int64_t rows, cols;
+
+  static constexpr int kThreads = 256;
+  using Vectors = Kokkos::View<Bf16x8*, Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Bits = Kokkos::View<std::uint32_t*, Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  static std::size_t scratch_bytes() {
+    return Vectors::shmem_size(kThreads) + Bits::shmem_size(kThreads);
+  }
+  std::int64_t vectors() const { return rows * cols / 8; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    Vectors vec(team.team_scratch(0), kThreads);
+    Bits bits(team.team_scratch(0), kThreads);
+    const std::int64_t v0 = std::int64_t(team.league_rank()) * kThreads, n = rows * cols / 8;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kThreads), [&](const int i) {
+      const Bf16x8 in = v0 + i < n ? x[v0 + i] : Bf16x8{0, 0};
+      vec(i) = in;
+      std::uint32_t m = detail::bf16x2_amax_bits(0, std::uint32_t(in.lo));
+      m = detail::bf16x2_amax_bits(m, std::uint32_t(in.lo >> 32));
+      m = detail::bf16x2_amax_bits(m, std::uint32_t(in.hi));
+      m = detail::bf16x2_amax_bits(m, std::uint32_t(in.hi >> 32));
+      bits(i) = max_bits(m);
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kThreads), [&](const int i) {
+      const std::int64_t v = v0 + i;
+      if (v >= n) return;
+      // cols % 128 == 0 and v0 % 16 == 0: a block is 16 aligned vectors.
+      const int b = i / kVectors * kVectors;
+      std::uint32_t m = 0;
+      for (int j = 0; j < kVectors; ++j) m = bits(b + j) > m ? bits(b + j) : m;
+      const int k = detail::fp8_scale_exponent<E4>(bf16_bits_float(std::uint16_t(m)));
+      float unused = 0.0f;
+      q[v] = detail::encode8<E4>(vec(i), detail::fp8_pow2(-k), unused);
+      if (i == b) {
+        const std::int64_t r = v / (cols / 8), cb = (v % (cols / 8)) / kVectors;
+        q_scales[cb * rows + r] = detail::fp8_pow2(k);
+      }
+    });
   }
 };
 
@@ -255,6 +307,16 @@ void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::i
                     " and partials of " + std::to_string(partials.extent(0)) + " floats",
                 "dbias of cols = " + std::to_string(cols) + " and partials of at least rows / 128 "
                 "x cols = " + std::to_string(rows / kB * cols) + " floats");
+  if (qt.extent(0) == 0 && !sums) {
+    CastRows1x128 f{reinterpret_cast<const Bf16x8*>(x.data()),
+                    reinterpret_cast<std::uint64_t*>(q.data()), q_scales.data(), rows, cols};
+    Kokkos::parallel_for(
+        "kshard::fp8_cast_1x128_rows",
+        detail::fp8_teams((f.vectors() + CastRows1x128::kThreads - 1) / CastRows1x128::kThreads)
+            .set_scratch_size(0, Kokkos::PerTeam(CastRows1x128::scratch_bytes())),
+        f);
+    return;
+  }
   launch("kshard::fp8_cast_1x128", x, rows, cols, q.extent(0) ? q.data() : nullptr,
          q_scales.data(), qt.extent(0) ? qt.data() : nullptr, qt_scales.data(),
          sums ? partials.data() : nullptr, false);

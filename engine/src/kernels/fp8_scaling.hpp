@@ -137,9 +137,84 @@ KOKKOS_INLINE_FUNCTION float bf16_lane(const Bf16x8& v, int e) {
   return bf16_bits_float(std::uint16_t(w >> (16 * (e & 3))));
 }
 
+/// Whether any of the four bf16 lanes of w is inf or NaN (exponent all
+/// ones): a lane of z is 0 exactly then, and (z - 1) & ~z & top finds a zero
+/// lane (a borrow can only mark lanes above a zero one, so "any" is exact).
+KOKKOS_INLINE_FUNCTION bool bf16x4_any_nonfinite(std::uint64_t w) {
+  constexpr std::uint64_t kExp = 0x7F807F807F807F80ull;
+  constexpr std::uint64_t kOne = 0x0001000100010001ull, kTop = 0x8000800080008000ull;
+  const std::uint64_t z = (w & kExp) ^ kExp;
+  return ((z - kOne) & ~z & kTop) != 0;
+}
+
+/// max |lane| of eight finite bf16 as bf16 bits: finite non-negative values
+/// order like their bit patterns, so an integer max is exact (on the GPU two
+/// lanes per instruction).
+KOKKOS_INLINE_FUNCTION std::uint16_t bf16x8_abs_max_bits(const Bf16x8& v) {
+  constexpr std::uint32_t kAbs = 0x7FFF7FFFu;
+  const std::uint32_t w[4] = {std::uint32_t(v.lo) & kAbs, std::uint32_t(v.lo >> 32) & kAbs,
+                              std::uint32_t(v.hi) & kAbs, std::uint32_t(v.hi >> 32) & kAbs};
+#if defined(__CUDA_ARCH__)
+  const std::uint32_t m = __vmaxu2(__vmaxu2(w[0], w[1]), __vmaxu2(w[2], w[3]));
+  return std::uint16_t((m & 0xFFFFu) > (m >> 16) ? (m & 0xFFFFu) : (m >> 16));
+#else
+  std::uint32_t m = 0;
+  for (std::uint32_t x : w) {
+    const std::uint32_t a = x & 0xFFFFu, b = x >> 16;
+    m = a > m ? a : m;
+    m = b > m ? b : m;
+  }
+  return std::uint16_t(m);
+#endif
+}
+
+/// Per 16-bit lane of w: max(m, |lane|) over the lanes that are finite bf16
+/// (inf/NaN count as 0, as fp8_amax_term), as bf16 bits; two lanes per
+/// instruction on the GPU. The column amaxes of the block casts keep a
+/// column pair in one word.
+KOKKOS_INLINE_FUNCTION std::uint32_t bf16x2_amax_bits(std::uint32_t m, std::uint32_t w) {
+  const std::uint32_t a = w & 0x7FFF7FFFu;
+#if defined(__CUDA_ARCH__)
+  return __vmaxu2(m, a & __vcmpltu2(a, 0x7F807F80u));
+#else
+  std::uint32_t out = 0;
+  for (int h = 0; h < 2; ++h) {
+    const std::uint32_t l = (a >> (16 * h)) & 0xFFFFu, ml = (m >> (16 * h)) & 0xFFFFu;
+    out |= ((l < 0x7F80u && l > ml) ? l : ml) << (16 * h);
+  }
+  return out;
+#endif
+}
+
+/// The eight finite values of v times inv, encoded (RNE, saturating); on the
+/// GPU one cvt per pair of values.
+template <class Fp8>
+KOKKOS_INLINE_FUNCTION std::uint64_t encode8_finite(const Bf16x8& v, float inv) {
+  std::uint64_t packed = 0;
+#if defined(__CUDA_ARCH__)
+  constexpr __nv_fp8_interpretation_t kind =
+      std::is_same<Fp8, float8_e4m3_t>::value ? __NV_E4M3 : __NV_E5M2;
+  for (int p = 0; p < 4; ++p) {
+    const float2 f = make_float2(bf16_lane(v, 2 * p) * inv, bf16_lane(v, 2 * p + 1) * inv);
+    packed |= std::uint64_t(__nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, kind)) << (16 * p);
+  }
+#else
+  for (int e = 0; e < 8; ++e)
+    packed |= std::uint64_t(finite_to_fp8<Fp8>(bf16_lane(v, e) * inv).bits) << (8 * e);
+#endif
+  return packed;
+}
+
 /// Encodes the eight values of v, folds their amax into m; bytes[e] = lane e.
+/// Vectors without inf/NaN (all but a diverging step's) take the integer
+/// amax and the paired encode; the others go value by value.
 template <class Fp8>
 KOKKOS_INLINE_FUNCTION std::uint64_t encode8(const Bf16x8& v, float inv, float& m) {
+  if (!bf16x4_any_nonfinite(v.lo) && !bf16x4_any_nonfinite(v.hi)) {
+    const float a = bf16_bits_float(bf16x8_abs_max_bits(v));
+    if (a > m) m = a;
+    return encode8_finite<Fp8>(v, inv);
+  }
   std::uint64_t packed = 0;
   for (int e = 0; e < 8; ++e) {
     const float f = bf16_lane(v, e);

@@ -148,11 +148,24 @@ struct CastStream8 {
   }
 };
 
+// The transposed copy's bytes from an encoded tile: w[e] holds four encoded
+// bytes (columns k = 0..3) of tile row e; qt row k gets byte k of each, in row
+// order, as one eight-byte store.
+KOKKOS_INLINE_FUNCTION std::uint64_t column_bytes(const std::uint32_t (&w)[8], int k) {
+  std::uint64_t out = 0;
+  for (int e = 0; e < 8; ++e) out |= std::uint64_t((w[e] >> (8 * k)) & 0xFFu) << (8 * e);
+  return out;
+}
+
 // The cast with its transposed copy (and the row-major one if asked), eight
 // elements at a time where rows and cols are multiples of 8 and the buffers
 // aligned (every fp8 GEMM operand: multiples of 16). A 64 x 64 tile is read in
-// 16-byte rows of eight and its encoded bytes are stored transposed in team
-// scratch, so the qt pass reads each 8-byte output from one scratch row.
+// 16-byte rows of eight, encoded once, and its bytes kept row-major in team
+// scratch (one eight-byte store per vector); the qt pass reads four columns
+// of eight rows (eight four-byte loads) and transposes them in registers into
+// four eight-byte stores. (The previous layout stored the bytes one by one
+// into a transposed scratch tile, 8 conflicting stores per vector, and kept
+// the bias sums' values as floats: shared memory, not HBM, set its speed.)
 template <class Fp8, bool kSums>
 struct CastTiles8 {
   const Bf16x8* x;           // [rows, cols / 8]
@@ -163,26 +176,37 @@ struct CastTiles8 {
   bool from_amax;
 
   static constexpr int kVectors = kTile / 8;  // vectors per tile row
-  // Rows of 72 bytes: 8-byte aligned for the qt reads.
+  static constexpr int kQuads = kTile / 4;    // four-column groups per tile row
+  static constexpr int kQtItems = kQuads * kVectors;  // (quad, eight-row group) pairs
+  static constexpr int kSumItems = kSumGroups * kTile / 2;  // (group, column pair) pairs
+  // Rows of 72 bytes: 8-byte aligned for the vector stores, and the qt pass's
+  // eight-row groups fall on different banks.
   static constexpr int kStride = kTile + 8;
-  // LayoutRight: a scratch row (one column of the tile) is contiguous.
-  using Scratch = Kokkos::View<std::uint8_t**, Kokkos::LayoutRight,
-                               Kokkos::DefaultExecutionSpace::scratch_memory_space,
-                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  // kSums: the tile's values as floats too, for the column sums.
-  using Values = Kokkos::View<float**, Kokkos::LayoutRight,
+  using Bytes = Kokkos::View<std::uint8_t**, Kokkos::LayoutRight,
+                             Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                             Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  // kSums: the tile's bf16 bits (row-major) and the row groups' column sums.
+  using Values = Kokkos::View<std::uint16_t**, Kokkos::LayoutRight,
                               Kokkos::DefaultExecutionSpace::scratch_memory_space,
                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Sums = Kokkos::View<float**, Kokkos::LayoutRight,
+                            Kokkos::DefaultExecutionSpace::scratch_memory_space,
+                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   static std::size_t scratch_bytes() {
-    return Scratch::shmem_size(kTile, kStride) + (kSums ? Values::shmem_size(kTile, kTile) : 0);
+    return Bytes::shmem_size(kTile, kStride) +
+           (kSums ? Values::shmem_size(kTile, kTile) + Sums::shmem_size(kSumGroups, kTile) : 0);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t r0 = std::int64_t(team.league_rank() / tiles_c) * kTile;
     const std::int64_t c0 = std::int64_t(team.league_rank() % tiles_c) * kTile;
-    Scratch tile_t(team.team_scratch(0), kTile, kStride);  // [column][row] of the tile
+    Bytes bytes(team.team_scratch(0), kTile, kStride);
     Values values;
-    if constexpr (kSums) values = Values(team.team_scratch(0), kTile, kTile);
+    Sums sums;
+    if constexpr (kSums) {
+      values = Values(team.team_scratch(0), kTile, kTile);
+      sums = Sums(team.team_scratch(0), kSumGroups, kTile);
+    }
     const float inv = cast_inverse_scale<Fp8>(team, scale, from_amax);
     float local = 0.0f;
     compat::team_reduce(
@@ -190,26 +214,59 @@ struct CastTiles8 {
         [&](const int v, float& m) {
           const int r = v / kVectors, c = (v % kVectors) * 8;
           const std::int64_t gr = r0 + r, gc = c0 + c;
+          auto* vals = kSums ? reinterpret_cast<std::uint64_t*>(&values(r, c)) : nullptr;
           if (gr >= rows || gc >= cols) {  // a vector is inside or outside whole
-            if constexpr (kSums)
-              for (int e = 0; e < 8; ++e) values(r, c + e) = 0.0f;
+            if constexpr (kSums) vals[0] = vals[1] = 0;  // +0.0 in the sums
             return;
           }
           const Bf16x8 in = x[(gr * cols + gc) / 8];
           const std::uint64_t packed = encode8<Fp8>(in, inv, m);
-          for (int e = 0; e < 8; ++e) tile_t(c + e, r) = std::uint8_t(packed >> (8 * e));
-          if constexpr (kSums)
-            for (int e = 0; e < 8; ++e) values(r, c + e) = bf16_lane(in, e);
+          *reinterpret_cast<std::uint64_t*>(&bytes(r, c)) = packed;
+          if constexpr (kSums) {
+            vals[0] = in.lo;
+            vals[1] = in.hi;
+          }
           if (q) q[(gr * cols + gc) / 8] = packed;
         },
         Kokkos::Max<float>(local));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile * kVectors), [&](const int v) {
-      const int c = v / kVectors, r = (v % kVectors) * 8;  // qt row c0 + c, columns r0 + r..
-      const std::int64_t gr = r0 + r, gc = c0 + c;
-      if (gr >= rows || gc >= cols) return;
-      qt[(gc * rows + gr) / 8] = *reinterpret_cast<const std::uint64_t*>(&tile_t(c, r));
-    });
-    if constexpr (kSums) tile_column_sums(team, values, partials, cols, r0, c0);
+    // qt and the column sums read different scratch: one pass, the first
+    // kQtItems indices transpose, the rest sum.
+    Kokkos::parallel_for(
+        Kokkos::TeamThreadRange(team, kQtItems + (kSums ? kSumItems : 0)), [&](const int i) {
+          if (i < kQtItems) {
+            // Consecutive indices take consecutive eight-row groups: each
+            // qt row's bytes of this tile are written by neighbouring lanes.
+            const int g = i % kVectors, k4 = (i / kVectors) * 4;
+            const std::int64_t gr = r0 + 8 * g, gc = c0 + k4;
+            if (gr >= rows || gc >= cols) return;  // cols % 8 == 0: a quad is whole
+            std::uint32_t w[8];
+            for (int e = 0; e < 8; ++e)
+              w[e] = *reinterpret_cast<const std::uint32_t*>(&bytes(8 * g + e, k4));
+            for (int k = 0; k < 4; ++k) qt[((gc + k) * rows + gr) / 8] = column_bytes(w, k);
+          } else if constexpr (kSums) {
+            // kSumRows rows of a column pair (one four-byte load a row) in
+            // row order: the same sums, in the same order, as tile_column_sums.
+            const int j = i - kQtItems, p = j % (kTile / 2), g = j / (kTile / 2);
+            float s0 = 0.0f, s1 = 0.0f;
+            for (int k = 0; k < kSumRows; ++k) {
+              const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(
+                  &values(g * kSumRows + k, 2 * p));
+              s0 += detail::bf16_bits_float(std::uint16_t(w));
+              s1 += detail::bf16_bits_float(std::uint16_t(w >> 16));
+            }
+            sums(g, 2 * p) = s0;
+            sums(g, 2 * p + 1) = s1;
+          }
+        });
+    if constexpr (kSums) {
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](const int c) {
+        if (c0 + c >= cols) return;
+        float sum = 0.0f;
+        for (int g = 0; g < kSumGroups; ++g) sum += sums(g, c);
+        partials[(r0 / kTile) * cols + c0 + c] = sum;
+      });
+    }
     if (!from_amax && local > 0.0f)
       Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
   }
