@@ -21,6 +21,9 @@
 #include "kshard/engine/kernels/fp8_blockwise.hpp"
 #include "kshard/engine/kernels/fp8_gemm.hpp"
 #include "kshard/engine/kernels/fp8_tensor.hpp"
+#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/engine/nn/layer_norm.hpp"
+#include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
@@ -487,6 +490,63 @@ BOOST_AUTO_TEST_CASE(layers_track_double_within_fp8_tolerance) {
     TransformerLayer<double> d(128, 4, 256);
     l.set_fp8_policy(block());
     compare(l, d, {2, 64, 128}, 1.4e-1, 2.8e-1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(mlp_casts_gelu_inside_fc2) {
+  // On the fp8 path LayerNormMLP never writes the GELU output: fc1 writes
+  // its pre-activation a, fc2's casts quantize gelu(a) as they load it
+  // (Fp8Input::gelu_of_x). The same layer built by hand from its parts, with
+  // g = gelu_forward(a) written out, quantizes the same bits: y, dx and all
+  // six gradients equal bit for bit, for each scaling. (The path before this
+  // wrote g in fc1's GEMM epilogue from the unrounded pre-activation, which
+  // differs from gelu(bf16(a)) in rounding: this comparison would not hold.)
+  const std::int64_t d = 128, hidden = 256;
+  const ActShape s{2, 64, d};
+  const std::int64_t rows = s.rows();
+  std::mt19937_64 rng(29);
+  for (const Fp8Policy& policy : {current(), delayed(), block()}) {
+    BOOST_TEST_CONTEXT("scaling " << int(policy.scaling)) {
+      LayerNormMLP<bfloat16_t> mlp(d, hidden);
+      mlp.set_fp8_policy(policy);
+      std::vector<HostVec> hp = random_params(mlp, 31);
+      for (auto& p : hp) p = rounded<bfloat16_t>(p);
+      const HostVec x = rounded<bfloat16_t>(random_vec(std::size_t(s.numel()), rng));
+      const HostVec dy = rounded<bfloat16_t>(random_vec(std::size_t(rows * d), rng, -1e-2, 1e-2));
+      const Out got = run(mlp, x, s, hp, dy);
+
+      // The parts: LayerNorm, fc1 (bias only), g = gelu(a) written, fc2.
+      LayerNorm<bfloat16_t> ln(d);
+      Linear<bfloat16_t> fc1(d, hidden), fc2(hidden, d);
+      fc1.set_fp8_policy(policy);
+      fc2.set_fp8_policy(policy);
+      std::vector<Kokkos::View<const bfloat16_t*>> p;
+      for (const auto& h : hp) p.push_back(to_device<bfloat16_t>(h, "param"));
+      auto part = [&](std::size_t first, std::size_t n) {
+        return std::vector<Kokkos::View<const bfloat16_t*>>(p.begin() + first, p.begin() + first + n);
+      };
+      const auto dx_in = to_device<bfloat16_t>(x, "x");
+      Kokkos::View<bfloat16_t*> h("h", std::size_t(rows * d)), a("a", std::size_t(rows * hidden)),
+          g("g", std::size_t(rows * hidden)), y("y", std::size_t(rows * d));
+      ln.forward(dx_in, s, part(0, 2), h);
+      fc1.forward(h, s, part(2, 2), a);
+      detail::gelu_forward<bfloat16_t>(a, g);
+      fc2.forward(g, {s.batch, s.seq, hidden}, part(4, 2), y);
+      auto grads = allocate_gradients(mlp);
+      Kokkos::View<bfloat16_t*> dg("dg", std::size_t(rows * hidden)), dh("dh", std::size_t(rows * d)),
+          dx("dx", std::size_t(rows * d));
+      fc2.backward(to_device<bfloat16_t>(dy, "dy"), part(4, 2), {grads[4], grads[5]}, dg);
+      detail::gelu_backward<bfloat16_t>(a, dg, dg);
+      fc1.backward(dg, part(2, 2), {grads[2], grads[3]}, dh);
+      ln.backward(dh, part(0, 2), {grads[0], grads[1]}, dx);
+
+      BOOST_TEST(got.y == to_host(y));
+      BOOST_TEST(got.dx == to_host(dx));
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        BOOST_TEST_INFO("gradient " << i);
+        BOOST_TEST(got.grads[i] == to_host(grads[i]));
+      }
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
@@ -19,6 +20,7 @@
 #include "fp8_reference.hpp"
 #include "fp8_test_io.hpp"
 #include "kshard/engine/kernels/fp8_tensor.hpp"
+#include "kshard/engine/kernels/gelu.hpp"
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
 
@@ -279,6 +281,57 @@ BOOST_AUTO_TEST_CASE(cast_dbias_sums_columns) {
                     kshard::Error);
   BOOST_CHECK_THROW(kshard::fp8_cast_dbias(x, 64, 16, s, kshard::Fp8ScaleFrom::amax, q, none, {}, partials),
                     kshard::Error);
+}
+
+// Fp8Input::gelu_of_x: the amax and every cast kernel (row stream, tiles of
+// eight with q and/or qt, the element-wise tiles) must give the bytes, scale
+// and amax of the same cast of the GELU output gelu_forward writes; both
+// scale sources, both formats. Pre-activations in (-16, 16) with zeros, plus
+// +-inf (gelu(-inf) is NaN: not counted in the amax).
+BOOST_AUTO_TEST_CASE_TEMPLATE(gelu_input_casts_the_gelu_output, Fp8, Fp8Types) {
+  const std::pair<int, int> shapes[] = {{64, 64}, {128, 256}, {70, 130}, {17, 200}, {8, 8}, {3, 5}};
+  std::uint32_t seed = 300;
+  for (auto [rows, cols] : shapes) {
+    std::vector<float> xs = bf16_values(std::size_t(rows) * cols, seed++, -8, 3);
+    xs[1] = std::numeric_limits<float>::infinity();
+    xs[2] = -std::numeric_limits<float>::infinity();
+    const std::size_t n = xs.size();
+    const auto x = upload(xs);
+    Kokkos::View<bfloat16_t*> g("g", n);
+    kshard::detail::gelu_forward<bfloat16_t>(x, g);
+    Checker c(std::string(table<Fp8>().fmt.name) + " cast of gelu(x) [" + std::to_string(rows) +
+              ", " + std::to_string(cols) + "]");
+    for (auto from : {kshard::Fp8ScaleFrom::amax, kshard::Fp8ScaleFrom::scale}) {
+      const bool cur = from == kshard::Fp8ScaleFrom::amax;
+      // (q, qt), q alone, qt alone: each against the cast of g.
+      for (int outputs = 0; outputs < 3; ++outputs) {
+        kshard::Fp8Scale sg, sx;  // scale_inv 1 for the given-scale runs
+        Kokkos::View<Fp8*> qg("qg", outputs != 2 ? n : 0), qtg("qtg", outputs != 1 ? n : 0);
+        Kokkos::View<Fp8*> qx("qx", outputs != 2 ? n : 0), qtx("qtx", outputs != 1 ? n : 0);
+        if (cur) {
+          kshard::fp8_amax(g, sg);
+          kshard::fp8_amax(x, sx, kshard::Fp8Input::gelu_of_x);
+        }
+        kshard::fp8_cast(g, rows, cols, sg, from, qg, qtg);
+        kshard::fp8_cast(x, rows, cols, sx, from, qx, qtx, kshard::Fp8Input::gelu_of_x);
+        const std::string what = std::string(cur ? "current" : "given scale") +
+                                 (outputs == 0 ? ", q and qt" : outputs == 1 ? ", q" : ", qt");
+        c.check(sx.scale_inv_host() == sg.scale_inv_host() && sx.amax_host() == sg.amax_host(), [&] {
+          return what + ": scale " + show(sx.scale_inv_host()) + " amax " + show(sx.amax_host()) +
+                 ", want " + show(sg.scale_inv_host()) + " " + show(sg.amax_host());
+        });
+        for (auto [mine, want, name] : {std::tuple{qx, qg, "q"}, std::tuple{qtx, qtg, "qt"}}) {
+          const auto hm = download(mine), hw = download(want);
+          for (std::size_t i = 0; i < hm.size(); ++i)
+            c.check(hm[i].bits == hw[i].bits, [&] {
+              return what + ": " + name + "[" + std::to_string(i) + "] = " + hex(hm[i].bits, 2) +
+                     ", want " + hex(hw[i].bits, 2);
+            });
+        }
+      }
+    }
+    c.report();
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_sizes_throw) {

@@ -22,6 +22,7 @@
 #include "kshard/compat/for_each.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "kshard/numeric/types.hpp"
+#include "pointwise.hpp"
 
 namespace kshard::detail {
 
@@ -135,6 +136,35 @@ KOKKOS_INLINE_FUNCTION float bf16_bits_float(std::uint16_t b) {
 KOKKOS_INLINE_FUNCTION float bf16_lane(const Bf16x8& v, int e) {
   const std::uint64_t w = e < 4 ? v.lo : v.hi;
   return bf16_bits_float(std::uint16_t(w >> (16 * (e & 3))));
+}
+
+/// gelu(v) rounded to bf16, as a float: exactly what gelu_forward writes for
+/// a bf16 input v (the same formula, pointwise::gelu, and the same RNE), so a
+/// cast of GELU-on-load (Fp8Input::gelu_of_x) quantizes the bits a cast of
+/// the written GELU output would.
+KOKKOS_INLINE_FUNCTION float gelu_bf16(float v) {
+  return to_float(from_float<bfloat16_t>(pointwise::gelu<float>(v)));
+}
+
+KOKKOS_INLINE_FUNCTION std::uint64_t gelu_bf16x4(std::uint64_t w) {
+  std::uint64_t out = 0;
+  for (int e = 0; e < 4; ++e) {
+    const float g = pointwise::gelu<float>(to_float(bfloat16_t{std::uint16_t(w >> (16 * e))}));
+    out |= std::uint64_t(from_float<bfloat16_t>(g).bits) << (16 * e);
+  }
+  return out;
+}
+
+/// The eight lanes of v through gelu_bf16.
+KOKKOS_INLINE_FUNCTION Bf16x8 gelu8(const Bf16x8& v) { return {gelu_bf16x4(v.lo), gelu_bf16x4(v.hi)}; }
+
+/// v, or gelu8(v) when kGelu: the load of a cast kernel templated on its input.
+template <bool kGelu>
+KOKKOS_INLINE_FUNCTION Bf16x8 cast_input(const Bf16x8& v) {
+  if constexpr (kGelu)
+    return gelu8(v);
+  else
+    return v;
 }
 
 /// Whether any of the four bf16 lanes of w is inf or NaN (exponent all

@@ -80,7 +80,7 @@ struct CastTiles {
   float* scale;  // [0] scale_inv, [1] amax
   float* partials;  // column sums per tile row (fp8_cast_dbias), or null
   std::int64_t rows, cols, tiles_c;
-  bool from_amax, write_q, write_qt;
+  bool from_amax, write_q, write_qt, gelu;
 
   using Scratch = Kokkos::View<float**, Kokkos::DefaultExecutionSpace::scratch_memory_space,
                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
@@ -100,6 +100,7 @@ struct CastTiles {
           float v = 0.0f;
           if (gr < rows && gc < cols) {
             v = to_float(x(gr * cols + gc));
+            if (gelu) v = detail::gelu_bf16(v);
             if (write_q) q(gr * cols + gc) = detail::fp8_encode_scaled<Fp8>(v, inv);
           }
           tile(r, c) = v;
@@ -126,7 +127,7 @@ struct CastTiles {
 // takes kStreamChunk vectors of eight elements.
 constexpr std::int64_t kStreamChunk = 256 * 4;
 
-template <class Fp8>
+template <class Fp8, bool kGelu>
 struct CastStream8 {
   const Bf16x8* x;      // n / 8 vectors
   std::uint64_t* q;     // n / 8 groups of eight fp8
@@ -141,7 +142,9 @@ struct CastStream8 {
     float local = 0.0f;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, len),
-        [&](const std::int64_t i, float& m) { q[base + i] = encode8<Fp8>(x[base + i], inv, m); },
+        [&](const std::int64_t i, float& m) {
+          q[base + i] = encode8<Fp8>(detail::cast_input<kGelu>(x[base + i]), inv, m);
+        },
         Kokkos::Max<float>(local));
     if (!from_amax && local > 0.0f)
       Kokkos::single(Kokkos::PerTeam(team), [&]() { fold_amax(scale + 1, local); });
@@ -166,7 +169,7 @@ KOKKOS_INLINE_FUNCTION std::uint64_t column_bytes(const std::uint32_t (&w)[8], i
 // four eight-byte stores. (The previous layout stored the bytes one by one
 // into a transposed scratch tile, 8 conflicting stores per vector, and kept
 // the bias sums' values as floats: shared memory, not HBM, set its speed.)
-template <class Fp8, bool kSums>
+template <class Fp8, bool kSums, bool kGelu>
 struct CastTiles8 {
   const Bf16x8* x;           // [rows, cols / 8]
   std::uint64_t *q, *qt;     // [rows, cols / 8] and [cols, rows / 8] groups of eight fp8
@@ -219,7 +222,7 @@ struct CastTiles8 {
             if constexpr (kSums) vals[0] = vals[1] = 0;  // +0.0 in the sums
             return;
           }
-          const Bf16x8 in = x[(gr * cols + gc) / 8];
+          const Bf16x8 in = detail::cast_input<kGelu>(x[(gr * cols + gc) / 8]);
           const std::uint64_t packed = encode8<Fp8>(in, inv, m);
           *reinterpret_cast<std::uint64_t*>(&bytes(r, c)) = packed;
           if constexpr (kSums) {
@@ -282,7 +285,7 @@ bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintpt
 template <class Fp8>
 void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
                Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<Fp8*> q, Kokkos::View<Fp8*> qt,
-               Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {}) {
+               Fp8Input in, Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {}) {
   const std::string who = std::string(dbias.extent(0) ? "fp8_cast_dbias (" : "fp8_cast (") +
                           detail::Fp8Traits<Fp8>::name + ")";
   if (rows < 0 || cols < 0 || std::int64_t(x.extent(0)) != rows * cols)
@@ -307,15 +310,20 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
   if (rows * cols == 0) return;
   const std::int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
   const bool from_amax = from == Fp8ScaleFrom::amax;
+  const bool gelu = in == Fp8Input::gelu_of_x;
   float* sv = scale.values().data();
   float* pv = sums ? partials.data() : nullptr;
   const auto* x8 = reinterpret_cast<const Bf16x8*>(x.data());
   // The bias gradient needs the tiles' column sums, which the flat stream has not.
   if (!sums && !write_qt && (rows * cols) % 8 == 0 && aligned(x.data(), 16) && aligned(q.data(), 8)) {
     const std::int64_t vectors = rows * cols / 8;
-    CastStream8<Fp8> f{x8, reinterpret_cast<std::uint64_t*>(q.data()), sv, vectors, from_amax};
-    Kokkos::parallel_for(std::string("kshard::fp8_cast_stream8_") + detail::Fp8Traits<Fp8>::name,
-                         fp8_teams((vectors + kStreamChunk - 1) / kStreamChunk), f);
+    auto* q8 = reinterpret_cast<std::uint64_t*>(q.data());
+    const std::string name = std::string("kshard::fp8_cast_stream8_") + detail::Fp8Traits<Fp8>::name;
+    const auto teams = fp8_teams((vectors + kStreamChunk - 1) / kStreamChunk);
+    if (gelu)
+      Kokkos::parallel_for(name + "_gelu", teams, CastStream8<Fp8, true>{x8, q8, sv, vectors, from_amax});
+    else
+      Kokkos::parallel_for(name, teams, CastStream8<Fp8, false>{x8, q8, sv, vectors, from_amax});
     return;
   }
   if (write_qt && rows % 8 == 0 && cols % 8 == 0 && aligned(x.data(), 16) &&
@@ -325,16 +333,19 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
     const std::string name = std::string("kshard::fp8_cast_tiles8_") + detail::Fp8Traits<Fp8>::name;
     auto launch = [&](auto f) {
       Kokkos::parallel_for(
-          name + (sums ? "_dbias" : ""),
+          name + (sums ? "_dbias" : "") + (gelu ? "_gelu" : ""),
           fp8_teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(decltype(f)::scratch_bytes())),
           f);
     };
+    // GELU-on-load casts an activation, never a gradient with its bias sums.
     if (sums)
-      launch(CastTiles8<Fp8, true>{x8, q8, qt8, sv, pv, rows, cols, tiles_c, from_amax});
+      launch(CastTiles8<Fp8, true, false>{x8, q8, qt8, sv, pv, rows, cols, tiles_c, from_amax});
+    else if (gelu)
+      launch(CastTiles8<Fp8, false, true>{x8, q8, qt8, sv, nullptr, rows, cols, tiles_c, from_amax});
     else
-      launch(CastTiles8<Fp8, false>{x8, q8, qt8, sv, nullptr, rows, cols, tiles_c, from_amax});
+      launch(CastTiles8<Fp8, false, false>{x8, q8, qt8, sv, nullptr, rows, cols, tiles_c, from_amax});
   } else {
-    CastTiles<Fp8> f{x, q, qt, sv, pv, rows, cols, tiles_c, from_amax, write_q, write_qt};
+    CastTiles<Fp8> f{x, q, qt, sv, pv, rows, cols, tiles_c, from_amax, write_q, write_qt, gelu};
     Kokkos::parallel_for(
         std::string("kshard::fp8_cast_") + detail::Fp8Traits<Fp8>::name,
         fp8_teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
@@ -448,8 +459,9 @@ float Fp8Scale::amax_host() const {
   return h(1);
 }
 
-void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
+void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in) {
   float* s = scale.values().data();
+  const bool gelu = in == Fp8Input::gelu_of_x;
   const std::int64_t n = std::int64_t(x.extent(0));
   Kokkos::parallel_for(
       "kshard::fp8_amax_reset", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) { s[2] = 0.0f; });
@@ -466,7 +478,7 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, len),
               [&](const std::int64_t i, float& m) {
-                const Bf16x8 v = x8[base + i];
+                const Bf16x8 v = gelu ? detail::gelu8(x8[base + i]) : x8[base + i];
                 for (int e = 0; e < 8; ++e) {
                   const float a = detail::fp8_amax_term(bf16_lane(v, e));
                   if (a > m) m = a;
@@ -490,7 +502,8 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, len),
             [&](const std::int64_t i, float& m) {
-              const float a = detail::fp8_amax_term(to_float(x(base + i)));
+              const float v = to_float(x(base + i));
+              const float a = detail::fp8_amax_term(gelu ? detail::gelu_bf16(v) : v);
               if (a > m) m = a;
             },
             Kokkos::Max<float>(local));
@@ -504,13 +517,13 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale) {
 
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e4m3_t*> q,
-              Kokkos::View<float8_e4m3_t*> qt) {
-  cast_impl<float8_e4m3_t>(x, rows, cols, scale, from, q, qt);
+              Kokkos::View<float8_e4m3_t*> qt, Fp8Input in) {
+  cast_impl<float8_e4m3_t>(x, rows, cols, scale, from, q, qt, in);
 }
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
-              Kokkos::View<float8_e5m2_t*> qt) {
-  cast_impl<float8_e5m2_t>(x, rows, cols, scale, from, q, qt);
+              Kokkos::View<float8_e5m2_t*> qt, Fp8Input in) {
+  cast_impl<float8_e5m2_t>(x, rows, cols, scale, from, q, qt, in);
 }
 
 std::int64_t fp8_column_sum_partials(std::int64_t rows, std::int64_t cols) {
@@ -523,7 +536,7 @@ void fp8_cast_dbias(Kokkos::View<const bfloat16_t*> dy, std::int64_t rows, std::
                     Kokkos::View<float*> partials) {
   if (dbias.extent(0) == 0)
     throw Error("fp8_cast_dbias with an empty dbias", "dbias of cols = " + std::to_string(cols) + " floats");
-  cast_impl<float8_e5m2_t>(dy, rows, cols, scale, from, q, qt, dbias, partials);
+  cast_impl<float8_e5m2_t>(dy, rows, cols, scale, from, q, qt, Fp8Input::x, dbias, partials);
 }
 
 }  // namespace kshard

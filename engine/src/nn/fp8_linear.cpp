@@ -17,9 +17,9 @@ Fp8Linear::Fp8Linear(Fp8Policy policy)
     : policy_(policy), sx_("kshard::Fp8Linear::x", Fp8Format::e4m3),
       sw_("kshard::Fp8Linear::w", Fp8Format::e4m3), sdy_("kshard::Fp8Linear::dy", Fp8Format::e5m2) {}
 
-Fp8ScaleFrom Fp8Linear::prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s) {
+Fp8ScaleFrom Fp8Linear::prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s, Fp8Input input) {
   if (policy_.scaling == Fp8Scaling::delayed && s.calibrated()) return Fp8ScaleFrom::scale;
-  fp8_amax(t, s);
+  fp8_amax(t, s, input);
   return Fp8ScaleFrom::amax;
 }
 
@@ -32,16 +32,17 @@ bool Fp8Linear::fits(std::int64_t rows, std::int64_t in, std::int64_t out) const
 
 void Fp8Linear::forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
                         std::int64_t out, Kokkos::View<const bfloat16_t*> w,
-                        const bfloat16_t* bias, Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre) {
+                        const bfloat16_t* bias, Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre,
+                        Fp8Input input) {
   using E4 = float8_e4m3_t;
   Fp8GemmOptions o;
   o.epilogue = e;
   o.bias = bias;
   o.pre = pre;
-  if (policy_.scaling == Fp8Scaling::block) return forward_blocks(x, rows, in, out, w, o, y);
+  if (policy_.scaling == Fp8Scaling::block) return forward_blocks(x, rows, in, out, w, o, y, input);
   auto xq = scratch<E4>(rows * in, "kshard::Fp8Linear::xq");
   auto wq = scratch<E4>(out * in, "kshard::Fp8Linear::wq");
-  fp8_cast(x, rows, in, sx_, prepare(x, sx_), as_view(xq), {});
+  fp8_cast(x, rows, in, sx_, prepare(x, sx_, input), as_view(xq), {}, input);
   fp8_cast(w, out, in, sw_, prepare(w, sw_), as_view(wq), {});
   o.fast_accum = true;  // TE's forward setting (its backward GEMMs accumulate exactly)
   fp8_gemm_tn(rows, out, in, {xq.view.data(), Fp8Format::e4m3, sx_.scale_inv()},
@@ -51,8 +52,9 @@ void Fp8Linear::forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, st
 void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                          std::int64_t rows, std::int64_t in, std::int64_t out,
                          Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                         bfloat16_t* dx) {
-  if (policy_.scaling == Fp8Scaling::block) return backward_blocks(dy, x, rows, in, out, w, dw, db, dx);
+                         bfloat16_t* dx, Fp8Input input) {
+  if (policy_.scaling == Fp8Scaling::block)
+    return backward_blocks(dy, x, rows, in, out, w, dw, db, dx, input);
   using E4 = float8_e4m3_t;
   using E5 = float8_e5m2_t;
   auto dyq = scratch<E5>(rows * out, "kshard::Fp8Linear::dyq");
@@ -68,7 +70,7 @@ void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const 
   }
   // The forward's scales: x and W hold the forward's values, so their amax is
   // unchanged (and the cast only folds the same amax in again).
-  fp8_cast(x, rows, in, sx_, Fp8ScaleFrom::scale, {}, as_view(xqt));
+  fp8_cast(x, rows, in, sx_, Fp8ScaleFrom::scale, {}, as_view(xqt), input);
   fp8_cast(w, out, in, sw_, Fp8ScaleFrom::scale, {}, as_view(wqt));
   Fp8GemmOptions wgrad;
   wgrad.beta = 1.0f;
@@ -82,13 +84,14 @@ void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const 
 
 void Fp8Linear::forward_blocks(Kokkos::View<const bfloat16_t*> x, std::int64_t rows,
                                std::int64_t in, std::int64_t out,
-                               Kokkos::View<const bfloat16_t*> w, Fp8GemmOptions o, bfloat16_t* y) {
+                               Kokkos::View<const bfloat16_t*> w, Fp8GemmOptions o, bfloat16_t* y,
+                               Fp8Input input) {
   using E4 = float8_e4m3_t;
   auto xq = scratch<E4>(rows * in, "kshard::Fp8Linear::xq");
   auto xs = scratch<float>(fp8_scales_1x128(rows, in), "kshard::Fp8Linear::xs");
   auto wq = scratch<E4>(out * in, "kshard::Fp8Linear::wq");
   auto ws = scratch<float>(fp8_scales_128x128(out, in), "kshard::Fp8Linear::ws");
-  fp8_cast_1x128(x, rows, in, as_view(xq), as_view(xs), {}, {});
+  fp8_cast_1x128(x, rows, in, as_view(xq), as_view(xs), {}, {}, {}, {}, input);
   fp8_cast_128x128(w, out, in, as_view(wq), as_view(ws), {}, {});
   fp8_gemm_tn(rows, out, in,
               {xq.view.data(), Fp8Format::e4m3, xs.view.data(), Fp8ScaleMode::block_1x128},
@@ -99,7 +102,7 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
                                 Kokkos::View<const bfloat16_t*> x, std::int64_t rows,
                                 std::int64_t in, std::int64_t out,
                                 Kokkos::View<const bfloat16_t*> w, float* dw,
-                                Kokkos::View<float*> db, bfloat16_t* dx) {
+                                Kokkos::View<float*> db, bfloat16_t* dx, Fp8Input input) {
   using E4 = float8_e4m3_t;
   constexpr Fp8ScaleMode v128 = Fp8ScaleMode::block_1x128;
   // dy [rows, out] for dgrad (blocks along out) and dy^T [out, rows] for
@@ -116,7 +119,7 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
   }
   auto xqt = scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
   auto xts = scratch<float>(fp8_scales_1x128(in, rows), "kshard::Fp8Linear::xts");
-  fp8_cast_1x128(x, rows, in, {}, {}, as_view(xqt), as_view(xts));
+  fp8_cast_1x128(x, rows, in, {}, {}, as_view(xqt), as_view(xts), {}, {}, input);
   // W^T [in, out]: W's 128x128 tiles transposed, the same scales.
   auto wqt = scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
   auto wts = scratch<float>(fp8_scales_128x128(in, out), "kshard::Fp8Linear::wts");

@@ -23,6 +23,9 @@
 // The fp8 copies are pool scratch for the duration of one call: nothing is
 // kept between forward and backward but the three per-tensor scales
 // (kFp8ScaleFloats floats each; none for block scaling).
+// Fp8Input::gelu_of_x (fc2 of LayerNormMLP): x is fc1's pre-activation and
+// every cast of x (forward q, backward x^T, current scaling's amax) applies
+// GELU as it loads, so the GELU output is never written.
 #include <cstdint>
 
 #include <Kokkos_Core.hpp>
@@ -46,27 +49,30 @@ class Fp8Linear {
   /// fp8 GEMM (multiples of 16; of 128 for block scaling).
   bool fits(std::int64_t rows, std::int64_t in, std::int64_t out) const noexcept;
 
-  /// y = x W^T (+ bias; + GELU with `pre` the pre-activation when e is bias_gelu).
+  /// y = x W^T (+ bias; + GELU with `pre` the pre-activation when e is
+  /// bias_gelu); x is gelu(x) when `input` says so.
   void forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
                std::int64_t out, Kokkos::View<const bfloat16_t*> w, const bfloat16_t* bias,
-               Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre);
+               Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre, Fp8Input input = Fp8Input::x);
   /// dW += dy^T x (f32), dx = dy W, and db += column sums of dy when db is
-  /// not empty (from the cast's read of dy). x and w hold the forward's values.
+  /// not empty (from the cast's read of dy). x and w hold the forward's
+  /// values, `input` the forward's.
   void backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                 std::int64_t rows, std::int64_t in, std::int64_t out,
                 Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                bfloat16_t* dx);
+                bfloat16_t* dx, Fp8Input input = Fp8Input::x);
 
  private:
   // Current scaling: the amax of t into s, cast from it; delayed: the scale as set.
-  Fp8ScaleFrom prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s);
+  Fp8ScaleFrom prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s,
+                       Fp8Input input = Fp8Input::x);
   void forward_blocks(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
                       std::int64_t out, Kokkos::View<const bfloat16_t*> w, Fp8GemmOptions o,
-                      bfloat16_t* y);
+                      bfloat16_t* y, Fp8Input input);
   void backward_blocks(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                        std::int64_t rows, std::int64_t in, std::int64_t out,
                        Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                       bfloat16_t* dx);
+                       bfloat16_t* dx, Fp8Input input);
 
   Fp8Policy policy_;
   Fp8Scale sx_, sw_, sdy_;

@@ -36,9 +36,17 @@ void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Co
     // is not kept: backward recomputes it from the pre-activation a_ (one
     // elementwise pass) for fc2's weight gradient. Saves 4d per row per
     // layer at d_ff = 4d.
-    auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
-    fc1_.forward_gelu(h.view, shape, detail::slice(params, 2, 2), a_, g.view);
-    fc2_.forward(g.view, hidden_shape, detail::slice(params, 4, 2), y);
+    // On the fp8 path fc2 quantizes gelu(a_) itself (GELU applied in its
+    // casts): fc1 writes only the pre-activation and g is never written.
+    gelu_in_fc2_ = fc2_.fp8_runs(rows);
+    if (gelu_in_fc2_) {
+      fc1_.forward(h.view, shape, detail::slice(params, 2, 2), a_);
+      fc2_.forward_fp8_of_gelu(a_, hidden_shape, detail::slice(params, 4, 2), y);
+    } else {
+      auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
+      fc1_.forward_gelu(h.view, shape, detail::slice(params, 2, 2), a_, g.view);
+      fc2_.forward(g.view, hidden_shape, detail::slice(params, 4, 2), y);
+    }
   }
   x_ = x;
   shape_ = shape;
@@ -53,9 +61,12 @@ void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& para
   // One [rows, hidden] buffer serves the recomputed GELU output g and then
   // its gradient dg: Linear::backward computes fc2's weight gradient (which
   // reads g) before its input gradient (which overwrites g with dg).
+  // (On the fp8 path fc2 casts gelu(a_)^T itself: g only receives dg.)
   auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
-  detail::gelu_forward<T>(a_, g.view);  // the forward's values (to rounding)
-  fc2_.rebind_input(g.view);
+  if (!gelu_in_fc2_) {
+    detail::gelu_forward<T>(a_, g.view);  // the forward's values (to rounding)
+    fc2_.rebind_input(g.view);
+  }
   fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), g.view);
   Kokkos::View<T*> dg = g.view;
   detail::gelu_backward<T>(a_, dg, dg);  // elementwise, so in place is safe
@@ -74,6 +85,7 @@ void LayerNormMLP<T>::release() {
   fc2_.release();
   x_ = {};
   saved_ = false;
+  gelu_in_fc2_ = false;
 }
 
 #define KSHARD_INSTANTIATE_LAYER(T) template class LayerNormMLP<T>;

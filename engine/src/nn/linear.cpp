@@ -48,21 +48,38 @@ detail::Fp8Linear* fp8_path(const std::unique_ptr<detail::Fp8Linear>& fp8, std::
 template <class T>
 bool Linear<T>::save_and_try_fp8(Kokkos::View<const T*> x, ActShape shape,
                                  const ConstViews& params, Fp8Epilogue e, Kokkos::View<T*> y,
-                                 T* pre) {
+                                 T* pre, Fp8Input input) {
   x_ = x;
   shape_ = shape;
   saved_ = true;
   fp8_forward_ = false;
+  fp8_input_ = input;
   if constexpr (std::is_same_v<T, bfloat16_t>) {
     if (auto* f = fp8_path<T>(fp8_, shape.rows(), in_, out_)) {
       f->forward(x, shape.rows(), in_, out_, params[0], bias_ ? params[1].data() : nullptr, e,
-                 y.data(), pre);
+                 y.data(), pre, input);
       fp8_forward_ = true;
     }
   } else {
     (void)params, (void)e, (void)y, (void)pre;
   }
   return fp8_forward_;
+}
+
+template <class T>
+bool Linear<T>::fp8_runs(std::int64_t rows) const {
+  return fp8_path<T>(fp8_, rows, in_, out_) != nullptr;
+}
+
+template <class T>
+void Linear<T>::forward_fp8_of_gelu(Kokkos::View<const T*> pre, ActShape shape,
+                                    const ConstViews& params, Kokkos::View<T*> y) {
+  detail::check_forward<T>(*this, pre, shape, params, y);
+  if (!fp8_runs(shape.rows()))
+    throw Error("Linear::forward_fp8_of_gelu where the forward would not run in fp8",
+                "an fp8 policy, bf16 and a shape the fp8 GEMMs take (Linear::fp8_runs)");
+  save_and_try_fp8(pre, shape, params, bias_ ? Fp8Epilogue::bias : Fp8Epilogue::none, y, nullptr,
+                   Fp8Input::gelu_of_x);
 }
 
 template <class T>
@@ -121,7 +138,7 @@ void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
     if (fp8_forward_) {
       // The bias gradient comes from the cast of dy (the same read).
       fp8_->backward(dy, x_, rows, in_, out_, params[0], grads[0].data(),
-                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data());
+                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data(), fp8_input_);
       return;
     }
   }
@@ -149,6 +166,7 @@ void Linear<T>::release() {
   x_ = {};
   saved_ = false;
   fp8_forward_ = false;
+  fp8_input_ = Fp8Input::x;
 }
 
 #define KSHARD_LINEAR_INSTANTIATE(T) template class Linear<T>;

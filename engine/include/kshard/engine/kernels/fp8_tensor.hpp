@@ -39,6 +39,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/engine/kernels/fp8_input.hpp"
 #include "kshard/numeric/types.hpp"
 
 namespace kshard {
@@ -135,17 +136,19 @@ enum class Fp8ScaleFrom {
 
 /// The amax of x (max |x| over the finite elements) into scale's [2], and
 /// max-folded into its running amax [1]. A reset and a reduction kernel.
-void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale);
+/// With Fp8Input::gelu_of_x: the amax of gelu(x) (fp8_input.hpp).
+void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in = Fp8Input::x);
 
 /// Casts x [rows, cols] to fp8 with one kernel: q [rows, cols] (row-major
 /// copy) and/or qt [cols, rows] (transposed copy); an output of extent 0 is
-/// not written.
+/// not written. With Fp8Input::gelu_of_x it casts gelu(x), which is not
+/// written anywhere (fp8_input.hpp).
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e4m3_t*> q,
-              Kokkos::View<float8_e4m3_t*> qt);
+              Kokkos::View<float8_e4m3_t*> qt, Fp8Input in = Fp8Input::x);
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
-              Kokkos::View<float8_e5m2_t*> qt);
+              Kokkos::View<float8_e5m2_t*> qt, Fp8Input in = Fp8Input::x);
 
 /// A Linear's backward cast of its output gradient dy [rows, cols] (E5M2, q
 /// and/or qt as fp8_cast) that also adds dy's column sums, the bias gradient,

@@ -51,6 +51,7 @@ class LayerNormMLP final : public Layer<T> {
   // anyway): the LayerNorm output is rebuilt from it in backward, not saved.
   Kokkos::View<const T*> x_;
   Kokkos::View<T*> a_;   // fc1 output, GELU input [rows, hidden]
+  bool gelu_in_fc2_ = false;  // the forward's fc2 ran on fp8 with GELU in its casts
 };
 
 #define KSHARD_EXTERN_LAYER(T) extern template class LayerNormMLP<T>;

@@ -56,12 +56,24 @@ class Linear final : public Layer<T> {
   /// saved input before it writes dx, so dx may be the saved input's memory
   /// when the input has in_features columns.
   void rebind_input(Kokkos::View<const T*> x);
+  /// Whether a forward of `rows` rows runs on fp8 tensor cores: an fp8
+  /// policy (bf16 T) and a shape the fp8 GEMMs take.
+  bool fp8_runs(std::int64_t rows) const;
+  /// y = gelu(pre) W^T + b on the fp8 path, GELU applied as `pre` is
+  /// quantized: the GELU output is never written, in forward or in backward
+  /// (which casts gelu(pre)^T from the saved pre, so pre must hold its
+  /// values until then). For the second Linear of an MLP whose first wrote
+  /// only its pre-activation. Only where fp8_runs(shape.rows()), else
+  /// kshard::Error.
+  void forward_fp8_of_gelu(Kokkos::View<const T*> pre, ActShape shape, const ConstViews& params,
+                           Kokkos::View<T*> y);
 
  private:
   // Saves the forward's input and runs it on the fp8 path when the policy
   // and the shape allow (bf16 T): true when it did.
   bool save_and_try_fp8(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
-                        Fp8Epilogue e, Kokkos::View<T*> y, T* pre);
+                        Fp8Epilogue e, Kokkos::View<T*> y, T* pre,
+                        Fp8Input input = Fp8Input::x);
 
   std::int64_t in_, out_;
   bool bias_;
@@ -71,6 +83,7 @@ class Linear final : public Layer<T> {
   Kokkos::View<T*> ones_;     // for the bias gradient GEMM
   std::unique_ptr<detail::Fp8Linear> fp8_;  // set by an fp8 policy (bf16 T only)
   bool fp8_forward_ = false;                // the saved forward ran in fp8
+  Fp8Input fp8_input_ = Fp8Input::x;        // ... on x or on gelu(x)
 };
 
 #define KSHARD_LINEAR_EXTERN(T) extern template class Linear<T>;
