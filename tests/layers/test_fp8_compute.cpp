@@ -493,14 +493,16 @@ BOOST_AUTO_TEST_CASE(layers_track_double_within_fp8_tolerance) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(mlp_casts_gelu_inside_fc2) {
-  // On the fp8 path LayerNormMLP never writes the GELU output: fc1 writes
-  // its pre-activation a, fc2's casts quantize gelu(a) as they load it
-  // (Fp8Input::gelu_of_x). The same layer built by hand from its parts, with
-  // g = gelu_forward(a) written out, quantizes the same bits: y, dx and all
-  // six gradients equal bit for bit, for each scaling. (The path before this
-  // wrote g in fc1's GEMM epilogue from the unrounded pre-activation, which
-  // differs from gelu(bf16(a)) in rounding: this comparison would not hold.)
+BOOST_AUTO_TEST_CASE(mlp_runs_gelu_inside_the_casts) {
+  // On the fp8 path LayerNormMLP writes neither the GELU output nor its
+  // gradient: fc1 writes its pre-activation a, fc2's casts quantize gelu(a)
+  // as they load it, and in backward fc1's dy casts quantize dg * gelu'(a)
+  // straight from fc2's dx (Fp8Input). The same layer built by hand from its
+  // parts, with gelu_forward / gelu_backward written out between the
+  // Linears, quantizes the same bits: y, dx and all six gradients equal bit
+  // for bit, for each scaling. (The path before this wrote g in fc1's GEMM
+  // epilogue from the unrounded pre-activation, which differs from
+  // gelu(bf16(a)) in rounding: this comparison would not hold.)
   const std::int64_t d = 128, hidden = 256;
   const ActShape s{2, 64, d};
   const std::int64_t rows = s.rows();

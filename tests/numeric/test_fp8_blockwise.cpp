@@ -158,45 +158,63 @@ BOOST_AUTO_TEST_CASE(casts_match_reference) {
   check_casts(384, 768, false);  // 6 column tiles: the 128x128 grid pads to 8
 }
 
-// Fp8Input::gelu_of_x: the 1x128 casts (q alone: the row kernel; qt alone
-// and both: the tile kernel) give the bytes and scales of the cast of the
-// GELU output gelu_forward writes; a bias gradient of gelu(x) is refused.
-BOOST_AUTO_TEST_CASE(gelu_input_casts_the_gelu_output) {
+// The GELU steps of Fp8Input: the 1x128 casts (q alone: the row kernel; qt
+// alone, both, and both with the bias sums: the tile kernel) give the bytes,
+// scales and sums of the cast of the tensor gelu_forward / gelu_backward
+// write; a bias gradient of gelu(x) is refused.
+BOOST_AUTO_TEST_CASE(gelu_steps_cast_what_gelu_writes) {
   for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{128, 128}, {256, 384}}) {
     std::vector<float> xs = bf16_values(std::size_t(rows * cols), std::uint32_t(rows + cols), -8, 3);
     xs[5] = std::numeric_limits<float>::infinity();
     const std::size_t n = xs.size();
-    const auto x = upload(xs);
-    Kokkos::View<bfloat16_t*> g("g", n);
-    kshard::detail::gelu_forward<bfloat16_t>(x, g);
-    Checker c("fp8 1x128 cast of gelu(x) [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
-    for (int outputs = 0; outputs < 3; ++outputs) {
-      const std::size_t nq = outputs != 2 ? n : 0, nqt = outputs != 1 ? n : 0;
-      const std::size_t ns = nq ? std::size_t(kshard::fp8_scales_1x128(rows, cols)) : 0;
-      const std::size_t nst = nqt ? std::size_t(kshard::fp8_scales_1x128(cols, rows)) : 0;
-      Kokkos::View<float8_e4m3_t*> qg("qg", nq), qtg("qtg", nqt), qx("qx", nq), qtx("qtx", nqt);
-      Kokkos::View<float*> sg("sg", ns), stg("stg", nst), sx("sx", ns), stx("stx", nst);
-      kshard::fp8_cast_1x128(g, rows, cols, qg, sg, qtg, stg);
-      kshard::fp8_cast_1x128(x, rows, cols, qx, sx, qtx, stx, {}, {}, kshard::Fp8Input::gelu_of_x);
-      const std::string what = outputs == 0 ? "q and qt" : outputs == 1 ? "q" : "qt";
-      const auto same = [&](const std::string& name, const auto& mine, const auto& want) {
-        const auto hm = download(mine), hw = download(want);
-        for (std::size_t i = 0; i < hm.size(); ++i)
-          c.check(std::memcmp(&hm[i], &hw[i], sizeof hm[i]) == 0,
-                  [&] { return what + ": " + name + "[" + std::to_string(i) + "] differs"; });
-      };
-      same("q", qx, qg);
-      same("qt", qtx, qtg);
-      same("q scale", sx, sg);
-      same("qt scale", stx, stg);
+    const auto x = upload(xs), pre = upload(bf16_values(n, std::uint32_t(rows * cols), -6, 2));
+    for (auto in : {kshard::Fp8Input::gelu_of_x, kshard::Fp8Input::gelu_grad}) {
+      const bool grad = in == kshard::Fp8Input::gelu_grad;
+      Kokkos::View<const bfloat16_t*> p = grad ? pre : Kokkos::View<const bfloat16_t*>();
+      Kokkos::View<bfloat16_t*> w("written", n);
+      if (grad)
+        kshard::detail::gelu_backward<bfloat16_t>(pre, x, w);
+      else
+        kshard::detail::gelu_forward<bfloat16_t>(x, w);
+      Checker c(std::string(grad ? "fp8 1x128 cast of x gelu'(pre) [" : "fp8 1x128 cast of gelu(x) [") +
+                std::to_string(rows) + ", " + std::to_string(cols) + "]");
+      for (int outputs = 0; outputs < 4; ++outputs) {
+        const bool sums = outputs == 3;
+        if (sums && !grad) continue;
+        const std::size_t nq = outputs != 2 ? n : 0, nqt = outputs != 1 ? n : 0;
+        const std::size_t ns = nq ? std::size_t(kshard::fp8_scales_1x128(rows, cols)) : 0;
+        const std::size_t nst = nqt ? std::size_t(kshard::fp8_scales_1x128(cols, rows)) : 0;
+        Kokkos::View<float8_e4m3_t*> qw("qw", nq), qtw("qtw", nqt), qx("qx", nq), qtx("qtx", nqt);
+        Kokkos::View<float*> sw("sw", ns), stw("stw", nst), sx("sx", ns), stx("stx", nst);
+        Kokkos::View<float*> dbw("dbw", sums ? cols : 0), dbx("dbx", sums ? cols : 0);
+        Kokkos::View<float*> part("part", std::size_t(rows / 128 * cols));
+        kshard::fp8_cast_1x128(w, rows, cols, qw, sw, qtw, stw, dbw, part);
+        kshard::fp8_cast_1x128(x, rows, cols, qx, sx, qtx, stx, dbx, part, in, p);
+        const std::string what =
+            outputs == 0 ? "q and qt" : outputs == 1 ? "q" : outputs == 2 ? "qt" : "q, qt and dbias";
+        const auto same = [&](const std::string& name, const auto& mine, const auto& want) {
+          const auto hm = download(mine), hw = download(want);
+          for (std::size_t i = 0; i < hm.size(); ++i)
+            c.check(std::memcmp(&hm[i], &hw[i], sizeof hm[i]) == 0,
+                    [&] { return what + ": " + name + "[" + std::to_string(i) + "] differs"; });
+        };
+        same("q", qx, qw);
+        same("qt", qtx, qtw);
+        same("q scale", sx, sw);
+        same("qt scale", stx, stw);
+        same("dbias", dbx, dbw);
+      }
+      c.report();
     }
-    c.report();
   }
-  Kokkos::View<bfloat16_t*> x("x", 128 * 128);
+  Kokkos::View<bfloat16_t*> x("x", 128 * 128), short_pre("short", 128 * 128 - 8);
   Kokkos::View<float8_e4m3_t*> q("q", 128 * 128);
   Kokkos::View<float*> s("s", 128), db("db", 128), partials("p", 128);
   BOOST_CHECK_THROW(kshard::fp8_cast_1x128(x, 128, 128, q, s, {}, {}, db, partials,
                                            kshard::Fp8Input::gelu_of_x),
+                    kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_cast_1x128(x, 128, 128, q, s, {}, {}, {}, {},
+                                           kshard::Fp8Input::gelu_grad, short_pre),
                     kshard::Error);
 }
 

@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
@@ -283,12 +284,13 @@ BOOST_AUTO_TEST_CASE(cast_dbias_sums_columns) {
                     kshard::Error);
 }
 
-// Fp8Input::gelu_of_x: the amax and every cast kernel (row stream, tiles of
-// eight with q and/or qt, the element-wise tiles) must give the bytes, scale
-// and amax of the same cast of the GELU output gelu_forward writes; both
-// scale sources, both formats. Pre-activations in (-16, 16) with zeros, plus
-// +-inf (gelu(-inf) is NaN: not counted in the amax).
-BOOST_AUTO_TEST_CASE_TEMPLATE(gelu_input_casts_the_gelu_output, Fp8, Fp8Types) {
+// The GELU steps of Fp8Input: the amax and every cast kernel (row stream,
+// tiles of eight with q and/or qt, the element-wise tiles, the dbias cast)
+// must give the bytes, scale, amax and bias sums of the same cast of the
+// tensor gelu_forward / gelu_backward write; both scale sources, both
+// formats. Values in (-16, 16) with zeros, plus +-inf (gelu(-inf) is NaN:
+// not counted in the amax).
+BOOST_AUTO_TEST_CASE_TEMPLATE(gelu_steps_cast_what_gelu_writes, Fp8, Fp8Types) {
   const std::pair<int, int> shapes[] = {{64, 64}, {128, 256}, {70, 130}, {17, 200}, {8, 8}, {3, 5}};
   std::uint32_t seed = 300;
   for (auto [rows, cols] : shapes) {
@@ -296,42 +298,82 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gelu_input_casts_the_gelu_output, Fp8, Fp8Types) {
     xs[1] = std::numeric_limits<float>::infinity();
     xs[2] = -std::numeric_limits<float>::infinity();
     const std::size_t n = xs.size();
-    const auto x = upload(xs);
-    Kokkos::View<bfloat16_t*> g("g", n);
-    kshard::detail::gelu_forward<bfloat16_t>(x, g);
-    Checker c(std::string(table<Fp8>().fmt.name) + " cast of gelu(x) [" + std::to_string(rows) +
-              ", " + std::to_string(cols) + "]");
-    for (auto from : {kshard::Fp8ScaleFrom::amax, kshard::Fp8ScaleFrom::scale}) {
-      const bool cur = from == kshard::Fp8ScaleFrom::amax;
-      // (q, qt), q alone, qt alone: each against the cast of g.
-      for (int outputs = 0; outputs < 3; ++outputs) {
-        kshard::Fp8Scale sg, sx;  // scale_inv 1 for the given-scale runs
-        Kokkos::View<Fp8*> qg("qg", outputs != 2 ? n : 0), qtg("qtg", outputs != 1 ? n : 0);
-        Kokkos::View<Fp8*> qx("qx", outputs != 2 ? n : 0), qtx("qtx", outputs != 1 ? n : 0);
-        if (cur) {
-          kshard::fp8_amax(g, sg);
-          kshard::fp8_amax(x, sx, kshard::Fp8Input::gelu_of_x);
-        }
-        kshard::fp8_cast(g, rows, cols, sg, from, qg, qtg);
-        kshard::fp8_cast(x, rows, cols, sx, from, qx, qtx, kshard::Fp8Input::gelu_of_x);
-        const std::string what = std::string(cur ? "current" : "given scale") +
-                                 (outputs == 0 ? ", q and qt" : outputs == 1 ? ", q" : ", qt");
-        c.check(sx.scale_inv_host() == sg.scale_inv_host() && sx.amax_host() == sg.amax_host(), [&] {
-          return what + ": scale " + show(sx.scale_inv_host()) + " amax " + show(sx.amax_host()) +
-                 ", want " + show(sg.scale_inv_host()) + " " + show(sg.amax_host());
-        });
-        for (auto [mine, want, name] : {std::tuple{qx, qg, "q"}, std::tuple{qtx, qtg, "qt"}}) {
-          const auto hm = download(mine), hw = download(want);
-          for (std::size_t i = 0; i < hm.size(); ++i)
-            c.check(hm[i].bits == hw[i].bits, [&] {
-              return what + ": " + name + "[" + std::to_string(i) + "] = " + hex(hm[i].bits, 2) +
-                     ", want " + hex(hw[i].bits, 2);
+    const auto x = upload(xs), pre = upload(bf16_values(n, seed++, -6, 2));
+    for (auto in : {kshard::Fp8Input::gelu_of_x, kshard::Fp8Input::gelu_grad}) {
+      const bool grad = in == kshard::Fp8Input::gelu_grad;
+      Kokkos::View<const bfloat16_t*> p = grad ? pre : Kokkos::View<const bfloat16_t*>();
+      Kokkos::View<bfloat16_t*> w("written", n);  // what gelu_forward / gelu_backward write
+      if (grad)
+        kshard::detail::gelu_backward<bfloat16_t>(pre, x, w);
+      else
+        kshard::detail::gelu_forward<bfloat16_t>(x, w);
+      Checker c(std::string(table<Fp8>().fmt.name) + (grad ? " cast of x gelu'(pre) [" : " cast of gelu(x) [") +
+                std::to_string(rows) + ", " + std::to_string(cols) + "]");
+      auto same_bytes = [&](const std::string& what, const Kokkos::View<Fp8*>& mine,
+                            const Kokkos::View<Fp8*>& want) {
+        const auto hm = download(mine), hw = download(want);
+        for (std::size_t i = 0; i < hm.size(); ++i)
+          c.check(hm[i].bits == hw[i].bits, [&] {
+            return what + "[" + std::to_string(i) + "] = " + hex(hm[i].bits, 2) + ", want " + hex(hw[i].bits, 2);
+          });
+      };
+      for (auto from : {kshard::Fp8ScaleFrom::amax, kshard::Fp8ScaleFrom::scale}) {
+        const bool cur = from == kshard::Fp8ScaleFrom::amax;
+        // (q, qt), q alone, qt alone, and (q, qt) with the bias sums.
+        for (int outputs = 0; outputs < 4; ++outputs) {
+          const bool sums = outputs == 3;
+          if (sums && !grad) continue;  // a bias gradient comes with a gradient's cast
+          kshard::Fp8Scale sw, sx;  // scale_inv 1 for the given-scale runs
+          Kokkos::View<Fp8*> qw("qw", outputs != 2 ? n : 0), qtw("qtw", outputs != 1 ? n : 0);
+          Kokkos::View<Fp8*> qx("qx", outputs != 2 ? n : 0), qtx("qtx", outputs != 1 ? n : 0);
+          Kokkos::View<float*> dbw("dbw", cols), dbx("dbx", cols);
+          Kokkos::View<float*> part("part", kshard::fp8_column_sum_partials(rows, cols));
+          if (cur) {
+            kshard::fp8_amax(w, sw);
+            kshard::fp8_amax(x, sx, in, p);
+          }
+          if (!sums) {
+            kshard::fp8_cast(w, rows, cols, sw, from, qw, qtw);
+            kshard::fp8_cast(x, rows, cols, sx, from, qx, qtx, in, p);
+          } else if constexpr (std::is_same_v<Fp8, kshard::float8_e5m2_t>) {
+            kshard::fp8_cast_dbias(w, rows, cols, sw, from, qw, qtw, dbw, part);
+            kshard::fp8_cast_dbias(x, rows, cols, sx, from, qx, qtx, dbx, part, in, p);
+          } else {
+            continue;  // the dbias cast is E5M2's (a gradient)
+          }
+          const std::string what = std::string(cur ? "current" : "given scale") +
+                                   (outputs == 0 ? ", q and qt" : outputs == 1 ? ", q" : outputs == 2 ? ", qt" : ", dbias");
+          c.check(sx.scale_inv_host() == sw.scale_inv_host() && sx.amax_host() == sw.amax_host(), [&] {
+            return what + ": scale " + show(sx.scale_inv_host()) + " amax " + show(sx.amax_host()) +
+                   ", want " + show(sw.scale_inv_host()) + " " + show(sw.amax_host());
+          });
+          same_bytes(what + ": q", qx, qw);
+          same_bytes(what + ": qt", qtx, qtw);
+          const auto hx = download(dbx), hw = download(dbw);
+          for (int col = 0; col < cols; ++col)
+            c.check(hx[std::size_t(col)] == hw[std::size_t(col)], [&] {
+              return what + ": dbias[" + std::to_string(col) + "] = " + show(hx[std::size_t(col)]) +
+                     ", want " + show(hw[std::size_t(col)]);
             });
         }
       }
+      c.report();
     }
-    c.report();
   }
+  // The step's arguments: gelu_grad needs pre of x's size, the others none.
+  kshard::Fp8Scale s;
+  Kokkos::View<bfloat16_t*> x("x", 64), short_pre("short", 63);
+  Kokkos::View<Fp8*> q("q", 64);
+  BOOST_CHECK_THROW(kshard::fp8_cast(x, 8, 8, s, kshard::Fp8ScaleFrom::amax, q, {},
+                                     kshard::Fp8Input::gelu_grad, short_pre),
+                    kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_cast(x, 8, 8, s, kshard::Fp8ScaleFrom::amax, q, {},
+                                     kshard::Fp8Input::gelu_grad),
+                    kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_cast(x, 8, 8, s, kshard::Fp8ScaleFrom::amax, q, {},
+                                     kshard::Fp8Input::gelu_of_x, x),
+                    kshard::Error);
+  BOOST_CHECK_THROW(kshard::fp8_amax(x, s, kshard::Fp8Input::gelu_grad, short_pre), kshard::Error);
 }
 
 BOOST_AUTO_TEST_CASE(bad_sizes_throw) {

@@ -42,7 +42,8 @@ struct CastBlockTiles {
   float* partials;                 // 1x128 with dbias: [rows / 128, cols] column sums
   std::int64_t rows, cols, tiles_c, q_ld, qt_ld;  // q_ld / qt_ld: 128x128 grid strides
   bool tile_scale;                 // 128x128
-  bool gelu;                       // stage gelu(x) (Fp8Input::gelu_of_x)
+  Fp8Input input;                  // the step applied as the tile is staged
+  const Bf16x8* pre;               // GELU's input (Fp8Input::gelu_grad)
 
   using Tile = Kokkos::View<std::uint16_t**, Kokkos::LayoutRight,
                             Kokkos::DefaultExecutionSpace::scratch_memory_space,
@@ -71,8 +72,8 @@ struct CastBlockTiles {
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kB * kVectors), [&](const int v) {
       const int r = v / kVectors, c = (v % kVectors) * 8;
-      const Bf16x8 loaded = x[((r0 + r) * cols + c0 + c) / 8];
-      const Bf16x8 in = gelu ? detail::gelu8(loaded) : loaded;
+      const std::int64_t j = ((r0 + r) * cols + c0 + c) / 8;
+      const Bf16x8 in = detail::cast_input(input, x[j], pre ? pre + j : nullptr);
       auto* dst = reinterpret_cast<std::uint64_t*>(&tile(r, c));
       dst[0] = in.lo;
       dst[1] = in.hi;
@@ -187,7 +188,8 @@ struct CastRows1x128 {
   std::uint64_t* q;    // the same shape, eight fp8 a group
   float* q_scales;     // [cols / 128][rows]
   std::int64_t rows, cols;
-  bool gelu;           // cast gelu(x) (Fp8Input::gelu_of_x)
+  Fp8Input input;      // the step applied on load
+  const Bf16x8* pre;   // GELU's input (Fp8Input::gelu_grad)
 
   static constexpr int kThreads = 256;
   using Vectors = Kokkos::View<Bf16x8*, Kokkos::DefaultExecutionSpace::scratch_memory_space,
@@ -204,8 +206,9 @@ struct CastRows1x128 {
     Bits bits(team.team_scratch(0), kThreads);
     const std::int64_t v0 = std::int64_t(team.league_rank()) * kThreads, n = rows * cols / 8;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kThreads), [&](const int i) {
-      Bf16x8 in = v0 + i < n ? x[v0 + i] : Bf16x8{0, 0};
-      if (gelu) in = detail::gelu8(in);
+      const std::int64_t j = v0 + i;
+      const Bf16x8 in =
+          j < n ? detail::cast_input(input, x[j], pre ? pre + j : nullptr) : Bf16x8{0, 0};
       vec(i) = in;
       std::uint32_t m = detail::bf16x2_amax_bits(0, std::uint32_t(in.lo));
       m = detail::bf16x2_amax_bits(m, std::uint32_t(in.lo >> 32));
@@ -261,7 +264,7 @@ void check(const char* who, Kokkos::View<const bfloat16_t*> x, std::int64_t rows
 
 void launch(const char* label, Kokkos::View<const bfloat16_t*> x, std::int64_t rows,
             std::int64_t cols, void* q, float* q_scales, void* qt, float* qt_scales,
-            float* partials, bool tile_scale, bool gelu) {
+            float* partials, bool tile_scale, Fp8Input input, const bfloat16_t* pre) {
   const std::int64_t tiles_c = cols / kB;
   CastBlockTiles f{reinterpret_cast<const Bf16x8*>(x.data()),
                    static_cast<std::uint64_t*>(q),
@@ -275,7 +278,8 @@ void launch(const char* label, Kokkos::View<const bfloat16_t*> x, std::int64_t r
                    fp8_block_scale_ld(cols),
                    fp8_block_scale_ld(rows),
                    tile_scale,
-                   gelu};
+                   input,
+                   reinterpret_cast<const Bf16x8*>(pre)};
   Kokkos::parallel_for(label,
                        detail::fp8_teams(rows / kB * tiles_c)
                            .set_scratch_size(0, Kokkos::PerTeam(CastBlockTiles::scratch_bytes())),
@@ -301,7 +305,8 @@ std::int64_t fp8_scales_128x128(std::int64_t outer, std::int64_t k) noexcept {
 void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
                     Kokkos::View<float8_e4m3_t*> q, Kokkos::View<float*> q_scales,
                     Kokkos::View<float8_e4m3_t*> qt, Kokkos::View<float*> qt_scales,
-                    Kokkos::View<float*> dbias, Kokkos::View<float*> partials, Fp8Input in) {
+                    Kokkos::View<float*> dbias, Kokkos::View<float*> partials, Fp8Input in,
+                    Kokkos::View<const bfloat16_t*> pre) {
   check("fp8_cast_1x128", x, rows, cols, q.extent(0), q_scales.extent(0),
         fp8_scales_1x128(rows, cols), qt.extent(0), qt_scales.extent(0),
         fp8_scales_1x128(cols, rows));
@@ -312,13 +317,18 @@ void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::i
                     " and partials of " + std::to_string(partials.extent(0)) + " floats",
                 "dbias of cols = " + std::to_string(cols) + " and partials of at least rows / 128 "
                 "x cols = " + std::to_string(rows / kB * cols) + " floats");
-  const bool gelu = in == Fp8Input::gelu_of_x;
-  if (sums && gelu)
-    throw Error("fp8_cast_1x128 with a bias gradient of gelu(x)",
-                "dbias with Fp8Input::x (a gradient's cast), gelu_of_x without (an activation's)");
+  detail::check_fp8_input("fp8_cast_1x128", in, rows * cols, pre.extent(0), sums);
+  if (reinterpret_cast<std::uintptr_t>(pre.data()) % 16 != 0)
+    throw Error("fp8_cast_1x128: pre not 16-byte aligned", "pre from a Kokkos view or the scratch pool");
+  const auto* pre8 = reinterpret_cast<const Bf16x8*>(pre.data());
   if (qt.extent(0) == 0 && !sums) {
     CastRows1x128 f{reinterpret_cast<const Bf16x8*>(x.data()),
-                    reinterpret_cast<std::uint64_t*>(q.data()), q_scales.data(), rows, cols, gelu};
+                    reinterpret_cast<std::uint64_t*>(q.data()),
+                    q_scales.data(),
+                    rows,
+                    cols,
+                    in,
+                    pre8};
     Kokkos::parallel_for(
         "kshard::fp8_cast_1x128_rows",
         detail::fp8_teams((f.vectors() + CastRows1x128::kThreads - 1) / CastRows1x128::kThreads)
@@ -328,7 +338,7 @@ void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::i
   }
   launch("kshard::fp8_cast_1x128", x, rows, cols, q.extent(0) ? q.data() : nullptr,
          q_scales.data(), qt.extent(0) ? qt.data() : nullptr, qt_scales.data(),
-         sums ? partials.data() : nullptr, false, gelu);
+         sums ? partials.data() : nullptr, false, in, pre.data());
   if (sums) detail::add_column_partials(partials, rows / kB, cols, dbias);
 }
 
@@ -340,7 +350,7 @@ void fp8_cast_128x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std:
         fp8_scales_128x128(cols, rows));
   launch("kshard::fp8_cast_128x128", x, rows, cols, q.extent(0) ? q.data() : nullptr,
          q_scales.data(), qt.extent(0) ? qt.data() : nullptr, qt_scales.data(), nullptr, true,
-         false);
+         Fp8Input::x, nullptr);
 }
 
 }  // namespace kshard

@@ -12,6 +12,7 @@
 // |x| <= amax never saturates. k >= -126 keeps the scale and its reciprocal
 // normal floats.
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -20,6 +21,8 @@
 #endif
 
 #include "kshard/compat/for_each.hpp"
+#include "kshard/engine/kernels/fp8_input.hpp"
+#include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "kshard/numeric/types.hpp"
 #include "pointwise.hpp"
@@ -138,33 +141,93 @@ KOKKOS_INLINE_FUNCTION float bf16_lane(const Bf16x8& v, int e) {
   return bf16_bits_float(std::uint16_t(w >> (16 * (e & 3))));
 }
 
-/// gelu(v) rounded to bf16, as a float: exactly what gelu_forward writes for
-/// a bf16 input v (the same formula, pointwise::gelu, and the same RNE), so a
-/// cast of GELU-on-load (Fp8Input::gelu_of_x) quantizes the bits a cast of
-/// the written GELU output would.
+/// The GELU steps of an Fp8Input, per value and rounded to bf16 (returned
+/// as float): exactly what gelu_forward / gelu_backward write for bf16
+/// inputs (the same formulas, pointwise::gelu / gelu_slope, and the same RNE),
+/// so a cast with the step on load quantizes the bits a cast of the written
+/// tensor would.
 KOKKOS_INLINE_FUNCTION float gelu_bf16(float v) {
   return to_float(from_float<bfloat16_t>(pointwise::gelu<float>(v)));
 }
-
-KOKKOS_INLINE_FUNCTION std::uint64_t gelu_bf16x4(std::uint64_t w) {
-  std::uint64_t out = 0;
-  for (int e = 0; e < 4; ++e) {
-    const float g = pointwise::gelu<float>(to_float(bfloat16_t{std::uint16_t(w >> (16 * e))}));
-    out |= std::uint64_t(from_float<bfloat16_t>(g).bits) << (16 * e);
-  }
-  return out;
+KOKKOS_INLINE_FUNCTION float gelu_grad_bf16(float dy, float pre) {
+  return to_float(from_float<bfloat16_t>(dy * pointwise::gelu_slope<float>(pre)));
 }
 
-/// The eight lanes of v through gelu_bf16.
-KOKKOS_INLINE_FUNCTION Bf16x8 gelu8(const Bf16x8& v) { return {gelu_bf16x4(v.lo), gelu_bf16x4(v.hi)}; }
+KOKKOS_INLINE_FUNCTION float bf16_word_lane(std::uint64_t w, int e) {
+  return to_float(bfloat16_t{std::uint16_t(w >> (16 * e))});
+}
 
-/// v, or gelu8(v) when kGelu: the load of a cast kernel templated on its input.
-template <bool kGelu>
-KOKKOS_INLINE_FUNCTION Bf16x8 cast_input(const Bf16x8& v) {
-  if constexpr (kGelu)
-    return gelu8(v);
-  else
+/// The eight lanes of v through the input step kIn (pre: GELU's input, for
+/// gelu_grad).
+template <Fp8Input kIn>
+KOKKOS_INLINE_FUNCTION Bf16x8 cast_input(const Bf16x8& v, const Bf16x8* pre) {
+  if constexpr (kIn == Fp8Input::x) {
+    (void)pre;
     return v;
+  } else {
+    const std::uint64_t w[2] = {v.lo, v.hi};
+    std::uint64_t out[2] = {0, 0};
+    for (int h = 0; h < 2; ++h)
+      for (int e = 0; e < 4; ++e) {
+        float f;
+        if constexpr (kIn == Fp8Input::gelu_of_x)
+          f = pointwise::gelu<float>(bf16_word_lane(w[h], e));
+        else
+          f = bf16_word_lane(w[h], e) *
+              pointwise::gelu_slope<float>(bf16_word_lane(h ? pre->hi : pre->lo, e));
+        out[h] |= std::uint64_t(from_float<bfloat16_t>(f).bits) << (16 * e);
+      }
+    return {out[0], out[1]};
+  }
+}
+
+/// The same with the step chosen at run time (the kernels that stage a tile
+/// or take an amax, where one branch per vector costs nothing).
+KOKKOS_INLINE_FUNCTION Bf16x8 cast_input(Fp8Input in, const Bf16x8& v, const Bf16x8* pre) {
+  switch (in) {
+    case Fp8Input::gelu_of_x: return cast_input<Fp8Input::gelu_of_x>(v, pre);
+    case Fp8Input::gelu_grad: return cast_input<Fp8Input::gelu_grad>(v, pre);
+    default: return v;
+  }
+}
+
+/// Calls f(std::integral_constant<Fp8Input, in>{}): a kernel templated on
+/// its input step, launched for a step known at run time.
+template <class F>
+void with_fp8_input(Fp8Input in, F&& f) {
+  switch (in) {
+    case Fp8Input::gelu_of_x: f(std::integral_constant<Fp8Input, Fp8Input::gelu_of_x>{}); break;
+    case Fp8Input::gelu_grad: f(std::integral_constant<Fp8Input, Fp8Input::gelu_grad>{}); break;
+    default: f(std::integral_constant<Fp8Input, Fp8Input::x>{});
+  }
+}
+
+/// Kernel-name suffix of an input step (profiles tell the fused casts apart).
+inline const char* fp8_input_suffix(Fp8Input in) {
+  return in == Fp8Input::gelu_of_x ? "_gelu" : in == Fp8Input::gelu_grad ? "_dgelu" : "";
+}
+
+/// The arguments of an input step: gelu_grad needs GELU's input, as many
+/// values as x (`pre`), the others none; a bias gradient (dbias sums) comes
+/// with a gradient's cast, so not with gelu_of_x.
+inline void check_fp8_input(const std::string& who, Fp8Input in, std::int64_t n,
+                            std::size_t pre, bool sums) {
+  if (in == Fp8Input::gelu_grad && std::int64_t(pre) != n)
+    throw Error(who + " of x * gelu'(pre) with pre of " + std::to_string(pre) + " elements",
+                "pre with x's " + std::to_string(n) + " elements");
+  if (in != Fp8Input::gelu_grad && pre != 0)
+    throw Error(who + " with pre (" + std::to_string(pre) + " elements) but no gelu_grad input",
+                "pre only with Fp8Input::gelu_grad");
+  if (sums && in == Fp8Input::gelu_of_x)
+    throw Error(who + " with a bias gradient of gelu(x)",
+                "dbias with a gradient's cast (Fp8Input::x or gelu_grad)");
+}
+
+/// One value through the input step (the element-wise kernels).
+KOKKOS_INLINE_FUNCTION float cast_input(Fp8Input in, float v, float pre) {
+  if (in == Fp8Input::gelu_of_x) return gelu_bf16(v);
+  if (in == Fp8Input::gelu_grad) return gelu_grad_bf16(v, pre);
+  return v;
 }
 
 /// Whether any of the four bf16 lanes of w is inf or NaN (exponent all

@@ -80,7 +80,9 @@ struct CastTiles {
   float* scale;  // [0] scale_inv, [1] amax
   float* partials;  // column sums per tile row (fp8_cast_dbias), or null
   std::int64_t rows, cols, tiles_c;
-  bool from_amax, write_q, write_qt, gelu;
+  bool from_amax, write_q, write_qt;
+  Fp8Input input;
+  const bfloat16_t* pre;  // GELU's input (Fp8Input::gelu_grad)
 
   using Scratch = Kokkos::View<float**, Kokkos::DefaultExecutionSpace::scratch_memory_space,
                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
@@ -100,7 +102,8 @@ struct CastTiles {
           float v = 0.0f;
           if (gr < rows && gc < cols) {
             v = to_float(x(gr * cols + gc));
-            if (gelu) v = detail::gelu_bf16(v);
+            if (input != Fp8Input::x)
+              v = detail::cast_input(input, v, pre ? to_float(pre[gr * cols + gc]) : 0.0f);
             if (write_q) q(gr * cols + gc) = detail::fp8_encode_scaled<Fp8>(v, inv);
           }
           tile(r, c) = v;
@@ -127,9 +130,17 @@ struct CastTiles {
 // takes kStreamChunk vectors of eight elements.
 constexpr std::int64_t kStreamChunk = 256 * 4;
 
-template <class Fp8, bool kGelu>
+// The input step as a template argument: the vector kernels keep no
+// registers for steps they do not run.
+template <Fp8Input kIn>
+KOKKOS_INLINE_FUNCTION Bf16x8 load_input(const Bf16x8* x, const Bf16x8* pre, std::int64_t j) {
+  return detail::cast_input<kIn>(x[j], kIn == Fp8Input::gelu_grad ? pre + j : nullptr);
+}
+
+template <class Fp8, Fp8Input kIn>
 struct CastStream8 {
   const Bf16x8* x;      // n / 8 vectors
+  const Bf16x8* pre;    // GELU's input (Fp8Input::gelu_grad)
   std::uint64_t* q;     // n / 8 groups of eight fp8
   float* scale;
   std::int64_t vectors;
@@ -143,7 +154,7 @@ struct CastStream8 {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, len),
         [&](const std::int64_t i, float& m) {
-          q[base + i] = encode8<Fp8>(detail::cast_input<kGelu>(x[base + i]), inv, m);
+          q[base + i] = encode8<Fp8>(load_input<kIn>(x, pre, base + i), inv, m);
         },
         Kokkos::Max<float>(local));
     if (!from_amax && local > 0.0f)
@@ -169,9 +180,10 @@ KOKKOS_INLINE_FUNCTION std::uint64_t column_bytes(const std::uint32_t (&w)[8], i
 // four eight-byte stores. (The previous layout stored the bytes one by one
 // into a transposed scratch tile, 8 conflicting stores per vector, and kept
 // the bias sums' values as floats: shared memory, not HBM, set its speed.)
-template <class Fp8, bool kSums, bool kGelu>
+template <class Fp8, bool kSums, Fp8Input kIn>
 struct CastTiles8 {
   const Bf16x8* x;           // [rows, cols / 8]
+  const Bf16x8* pre;         // GELU's input, x's shape (Fp8Input::gelu_grad)
   std::uint64_t *q, *qt;     // [rows, cols / 8] and [cols, rows / 8] groups of eight fp8
   float* scale;
   float* partials;           // kSums: column sums per tile row (fp8_cast_dbias)
@@ -222,7 +234,7 @@ struct CastTiles8 {
             if constexpr (kSums) vals[0] = vals[1] = 0;  // +0.0 in the sums
             return;
           }
-          const Bf16x8 in = detail::cast_input<kGelu>(x[(gr * cols + gc) / 8]);
+          const Bf16x8 in = load_input<kIn>(x, pre, (gr * cols + gc) / 8);
           const std::uint64_t packed = encode8<Fp8>(in, inv, m);
           *reinterpret_cast<std::uint64_t*>(&bytes(r, c)) = packed;
           if constexpr (kSums) {
@@ -285,7 +297,8 @@ bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintpt
 template <class Fp8>
 void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
                Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<Fp8*> q, Kokkos::View<Fp8*> qt,
-               Fp8Input in, Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {}) {
+               Fp8Input in, Kokkos::View<const bfloat16_t*> pre,
+               Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {}) {
   const std::string who = std::string(dbias.extent(0) ? "fp8_cast_dbias (" : "fp8_cast (") +
                           detail::Fp8Traits<Fp8>::name + ")";
   if (rows < 0 || cols < 0 || std::int64_t(x.extent(0)) != rows * cols)
@@ -300,6 +313,7 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
       throw Error(who + ": " + name + " of " + std::to_string(n) + " elements",
                   std::to_string(rows * cols) + " (rows x cols) or 0 (not written)");
   const bool sums = dbias.extent(0) != 0;
+  detail::check_fp8_input(who, in, rows * cols, pre.extent(0), sums);
   if (sums && (std::int64_t(dbias.extent(0)) != cols ||
                std::int64_t(partials.extent(0)) < fp8_column_sum_partials(rows, cols)))
     throw Error(who + ": dbias of " + std::to_string(dbias.extent(0)) + " and partials of " +
@@ -310,42 +324,49 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
   if (rows * cols == 0) return;
   const std::int64_t tiles_r = (rows + kTile - 1) / kTile, tiles_c = (cols + kTile - 1) / kTile;
   const bool from_amax = from == Fp8ScaleFrom::amax;
-  const bool gelu = in == Fp8Input::gelu_of_x;
   float* sv = scale.values().data();
   float* pv = sums ? partials.data() : nullptr;
   const auto* x8 = reinterpret_cast<const Bf16x8*>(x.data());
+  const auto* pre8 = reinterpret_cast<const Bf16x8*>(pre.data());
+  const bool pre_aligned = in != Fp8Input::gelu_grad || aligned(pre.data(), 16);
   // The bias gradient needs the tiles' column sums, which the flat stream has not.
-  if (!sums && !write_qt && (rows * cols) % 8 == 0 && aligned(x.data(), 16) && aligned(q.data(), 8)) {
+  if (!sums && !write_qt && (rows * cols) % 8 == 0 && aligned(x.data(), 16) &&
+      aligned(q.data(), 8) && pre_aligned) {
     const std::int64_t vectors = rows * cols / 8;
     auto* q8 = reinterpret_cast<std::uint64_t*>(q.data());
-    const std::string name = std::string("kshard::fp8_cast_stream8_") + detail::Fp8Traits<Fp8>::name;
+    const std::string name = std::string("kshard::fp8_cast_stream8_") + detail::Fp8Traits<Fp8>::name +
+                             detail::fp8_input_suffix(in);
     const auto teams = fp8_teams((vectors + kStreamChunk - 1) / kStreamChunk);
-    if (gelu)
-      Kokkos::parallel_for(name + "_gelu", teams, CastStream8<Fp8, true>{x8, q8, sv, vectors, from_amax});
-    else
-      Kokkos::parallel_for(name, teams, CastStream8<Fp8, false>{x8, q8, sv, vectors, from_amax});
+    detail::with_fp8_input(in, [&](auto k) {
+      Kokkos::parallel_for(name, teams, CastStream8<Fp8, k.value>{x8, pre8, q8, sv, vectors, from_amax});
+    });
     return;
   }
   if (write_qt && rows % 8 == 0 && cols % 8 == 0 && aligned(x.data(), 16) &&
-      aligned(q.data(), 8) && aligned(qt.data(), 8)) {
+      aligned(q.data(), 8) && aligned(qt.data(), 8) && pre_aligned) {
     auto* q8 = write_q ? reinterpret_cast<std::uint64_t*>(q.data()) : nullptr;
     auto* qt8 = reinterpret_cast<std::uint64_t*>(qt.data());
     const std::string name = std::string("kshard::fp8_cast_tiles8_") + detail::Fp8Traits<Fp8>::name;
     auto launch = [&](auto f) {
       Kokkos::parallel_for(
-          name + (sums ? "_dbias" : "") + (gelu ? "_gelu" : ""),
+          name + (sums ? "_dbias" : "") + detail::fp8_input_suffix(in),
           fp8_teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(decltype(f)::scratch_bytes())),
           f);
     };
-    // GELU-on-load casts an activation, never a gradient with its bias sums.
-    if (sums)
-      launch(CastTiles8<Fp8, true, false>{x8, q8, qt8, sv, pv, rows, cols, tiles_c, from_amax});
-    else if (gelu)
-      launch(CastTiles8<Fp8, false, true>{x8, q8, qt8, sv, nullptr, rows, cols, tiles_c, from_amax});
-    else
-      launch(CastTiles8<Fp8, false, false>{x8, q8, qt8, sv, nullptr, rows, cols, tiles_c, from_amax});
+    // (check_fp8_input: the bias sums come with a gradient's steps only.)
+    if (sums) {
+      if (in == Fp8Input::gelu_grad)
+        launch(CastTiles8<Fp8, true, Fp8Input::gelu_grad>{x8, pre8, q8, qt8, sv, pv, rows, cols, tiles_c, from_amax});
+      else
+        launch(CastTiles8<Fp8, true, Fp8Input::x>{x8, pre8, q8, qt8, sv, pv, rows, cols, tiles_c, from_amax});
+    } else {
+      detail::with_fp8_input(in, [&](auto k) {
+        launch(CastTiles8<Fp8, false, k.value>{x8, pre8, q8, qt8, sv, nullptr, rows, cols, tiles_c, from_amax});
+      });
+    }
   } else {
-    CastTiles<Fp8> f{x, q, qt, sv, pv, rows, cols, tiles_c, from_amax, write_q, write_qt, gelu};
+    CastTiles<Fp8> f{x,     q,        qt,       sv, pv, rows, cols, tiles_c, from_amax, write_q,
+                     write_qt, in, pre.data()};
     Kokkos::parallel_for(
         std::string("kshard::fp8_cast_") + detail::Fp8Traits<Fp8>::name,
         fp8_teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
@@ -459,16 +480,19 @@ float Fp8Scale::amax_host() const {
   return h(1);
 }
 
-void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in) {
+void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in,
+              Kokkos::View<const bfloat16_t*> pre) {
+  detail::check_fp8_input("fp8_amax", in, std::int64_t(x.extent(0)), pre.extent(0), false);
   float* s = scale.values().data();
-  const bool gelu = in == Fp8Input::gelu_of_x;
+  const bfloat16_t* pv = pre.data();
   const std::int64_t n = std::int64_t(x.extent(0));
   Kokkos::parallel_for(
       "kshard::fp8_amax_reset", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) { s[2] = 0.0f; });
   if (n == 0) return;
-  if (n % 8 == 0 && aligned(x.data(), 16)) {
+  if (n % 8 == 0 && aligned(x.data(), 16) && (in != Fp8Input::gelu_grad || aligned(pv, 16))) {
     // Eight elements per 16-byte load (every fp8 GEMM operand).
     const auto* x8 = reinterpret_cast<const Bf16x8*>(x.data());
+    const auto* p8 = reinterpret_cast<const Bf16x8*>(pv);
     const std::int64_t n8 = n / 8, league8 = (n8 + kAmax8Chunk - 1) / kAmax8Chunk;
     Kokkos::parallel_for(
         "kshard::fp8_amax8", fp8_teams(league8), KOKKOS_LAMBDA(const Member& team) {
@@ -478,7 +502,8 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in) {
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, len),
               [&](const std::int64_t i, float& m) {
-                const Bf16x8 v = gelu ? detail::gelu8(x8[base + i]) : x8[base + i];
+                const std::int64_t j = base + i;
+                const Bf16x8 v = detail::cast_input(in, x8[j], in == Fp8Input::gelu_grad ? p8 + j : nullptr);
                 for (int e = 0; e < 8; ++e) {
                   const float a = detail::fp8_amax_term(bf16_lane(v, e));
                   if (a > m) m = a;
@@ -502,8 +527,9 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in) {
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, len),
             [&](const std::int64_t i, float& m) {
-              const float v = to_float(x(base + i));
-              const float a = detail::fp8_amax_term(gelu ? detail::gelu_bf16(v) : v);
+              const float v = detail::cast_input(in, to_float(x(base + i)),
+                                                 pv ? to_float(pv[base + i]) : 0.0f);
+              const float a = detail::fp8_amax_term(v);
               if (a > m) m = a;
             },
             Kokkos::Max<float>(local));
@@ -517,13 +543,13 @@ void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in) {
 
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e4m3_t*> q,
-              Kokkos::View<float8_e4m3_t*> qt, Fp8Input in) {
-  cast_impl<float8_e4m3_t>(x, rows, cols, scale, from, q, qt, in);
+              Kokkos::View<float8_e4m3_t*> qt, Fp8Input in, Kokkos::View<const bfloat16_t*> pre) {
+  cast_impl<float8_e4m3_t>(x, rows, cols, scale, from, q, qt, in, pre);
 }
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
-              Kokkos::View<float8_e5m2_t*> qt, Fp8Input in) {
-  cast_impl<float8_e5m2_t>(x, rows, cols, scale, from, q, qt, in);
+              Kokkos::View<float8_e5m2_t*> qt, Fp8Input in, Kokkos::View<const bfloat16_t*> pre) {
+  cast_impl<float8_e5m2_t>(x, rows, cols, scale, from, q, qt, in, pre);
 }
 
 std::int64_t fp8_column_sum_partials(std::int64_t rows, std::int64_t cols) {
@@ -533,10 +559,11 @@ std::int64_t fp8_column_sum_partials(std::int64_t rows, std::int64_t cols) {
 void fp8_cast_dbias(Kokkos::View<const bfloat16_t*> dy, std::int64_t rows, std::int64_t cols,
                     Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
                     Kokkos::View<float8_e5m2_t*> qt, Kokkos::View<float*> dbias,
-                    Kokkos::View<float*> partials) {
+                    Kokkos::View<float*> partials, Fp8Input in,
+                    Kokkos::View<const bfloat16_t*> pre) {
   if (dbias.extent(0) == 0)
     throw Error("fp8_cast_dbias with an empty dbias", "dbias of cols = " + std::to_string(cols) + " floats");
-  cast_impl<float8_e5m2_t>(dy, rows, cols, scale, from, q, qt, Fp8Input::x, dbias, partials);
+  cast_impl<float8_e5m2_t>(dy, rows, cols, scale, from, q, qt, in, pre, dbias, partials);
 }
 
 }  // namespace kshard

@@ -17,9 +17,10 @@ Fp8Linear::Fp8Linear(Fp8Policy policy)
     : policy_(policy), sx_("kshard::Fp8Linear::x", Fp8Format::e4m3),
       sw_("kshard::Fp8Linear::w", Fp8Format::e4m3), sdy_("kshard::Fp8Linear::dy", Fp8Format::e5m2) {}
 
-Fp8ScaleFrom Fp8Linear::prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s, Fp8Input input) {
+Fp8ScaleFrom Fp8Linear::prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s, Fp8Input input,
+                                Kokkos::View<const bfloat16_t*> pre) {
   if (policy_.scaling == Fp8Scaling::delayed && s.calibrated()) return Fp8ScaleFrom::scale;
-  fp8_amax(t, s, input);
+  fp8_amax(t, s, input, pre);
   return Fp8ScaleFrom::amax;
 }
 
@@ -52,21 +53,24 @@ void Fp8Linear::forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, st
 void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                          std::int64_t rows, std::int64_t in, std::int64_t out,
                          Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                         bfloat16_t* dx, Fp8Input input) {
+                         bfloat16_t* dx, Fp8Input input,
+                         Kokkos::View<const bfloat16_t*> gelu_pre) {
   if (policy_.scaling == Fp8Scaling::block)
-    return backward_blocks(dy, x, rows, in, out, w, dw, db, dx, input);
+    return backward_blocks(dy, x, rows, in, out, w, dw, db, dx, input, gelu_pre);
   using E4 = float8_e4m3_t;
   using E5 = float8_e5m2_t;
   auto dyq = scratch<E5>(rows * out, "kshard::Fp8Linear::dyq");
   auto dyqt = scratch<E5>(rows * out, "kshard::Fp8Linear::dyqt");
   auto xqt = scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
   auto wqt = scratch<E4>(out * in, "kshard::Fp8Linear::wqt");
-  const Fp8ScaleFrom from_dy = prepare(dy, sdy_);
+  const Fp8Input dy_in = gelu_pre.extent(0) ? Fp8Input::gelu_grad : Fp8Input::x;
+  const Fp8ScaleFrom from_dy = prepare(dy, sdy_, dy_in, gelu_pre);
   if (db.extent(0) != 0) {
     auto partials = scratch<float>(fp8_column_sum_partials(rows, out), "kshard::Fp8Linear::dbias");
-    fp8_cast_dbias(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), db, as_view(partials));
+    fp8_cast_dbias(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), db, as_view(partials),
+                   dy_in, gelu_pre);
   } else {
-    fp8_cast(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt));
+    fp8_cast(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), dy_in, gelu_pre);
   }
   // The forward's scales: x and W hold the forward's values, so their amax is
   // unchanged (and the cast only folds the same amax in again).
@@ -102,7 +106,8 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
                                 Kokkos::View<const bfloat16_t*> x, std::int64_t rows,
                                 std::int64_t in, std::int64_t out,
                                 Kokkos::View<const bfloat16_t*> w, float* dw,
-                                Kokkos::View<float*> db, bfloat16_t* dx, Fp8Input input) {
+                                Kokkos::View<float*> db, bfloat16_t* dx, Fp8Input input,
+                                Kokkos::View<const bfloat16_t*> gelu_pre) {
   using E4 = float8_e4m3_t;
   constexpr Fp8ScaleMode v128 = Fp8ScaleMode::block_1x128;
   // dy [rows, out] for dgrad (blocks along out) and dy^T [out, rows] for
@@ -115,7 +120,8 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
     auto partials = scratch<float>(db.extent(0) ? rows / kFp8Block * out : 0,
                                    "kshard::Fp8Linear::dbias");
     fp8_cast_1x128(dy, rows, out, as_view(dyq), as_view(dys), as_view(dyqt), as_view(dyts), db,
-                   as_view(partials));
+                   as_view(partials), gelu_pre.extent(0) ? Fp8Input::gelu_grad : Fp8Input::x,
+                   gelu_pre);
   }
   auto xqt = scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
   auto xts = scratch<float>(fp8_scales_1x128(in, rows), "kshard::Fp8Linear::xts");

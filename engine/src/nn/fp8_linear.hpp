@@ -25,7 +25,10 @@
 // (kFp8ScaleFloats floats each; none for block scaling).
 // Fp8Input::gelu_of_x (fc2 of LayerNormMLP): x is fc1's pre-activation and
 // every cast of x (forward q, backward x^T, current scaling's amax) applies
-// GELU as it loads, so the GELU output is never written.
+// GELU as it loads, so the GELU output is never written. A backward with
+// `gelu_pre` (fc1 of LayerNormMLP): dy is the gradient w.r.t. GELU's output
+// and dy's casts apply GELU's backward, dy * gelu'(gelu_pre), as they load
+// (fp8_input.hpp), so that gradient is never written either.
 #include <cstdint>
 
 #include <Kokkos_Core.hpp>
@@ -56,23 +59,25 @@ class Fp8Linear {
                Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre, Fp8Input input = Fp8Input::x);
   /// dW += dy^T x (f32), dx = dy W, and db += column sums of dy when db is
   /// not empty (from the cast's read of dy). x and w hold the forward's
-  /// values, `input` the forward's.
+  /// values, `input` the forward's. With gelu_pre (rows x out) the output
+  /// gradient is dy * gelu'(gelu_pre).
   void backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                 std::int64_t rows, std::int64_t in, std::int64_t out,
                 Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                bfloat16_t* dx, Fp8Input input = Fp8Input::x);
+                bfloat16_t* dx, Fp8Input input = Fp8Input::x,
+                Kokkos::View<const bfloat16_t*> gelu_pre = {});
 
  private:
   // Current scaling: the amax of t into s, cast from it; delayed: the scale as set.
   Fp8ScaleFrom prepare(Kokkos::View<const bfloat16_t*> t, Fp8Scale& s,
-                       Fp8Input input = Fp8Input::x);
+                       Fp8Input input = Fp8Input::x, Kokkos::View<const bfloat16_t*> pre = {});
   void forward_blocks(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t in,
                       std::int64_t out, Kokkos::View<const bfloat16_t*> w, Fp8GemmOptions o,
                       bfloat16_t* y, Fp8Input input);
   void backward_blocks(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                        std::int64_t rows, std::int64_t in, std::int64_t out,
                        Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                       bfloat16_t* dx, Fp8Input input);
+                       bfloat16_t* dx, Fp8Input input, Kokkos::View<const bfloat16_t*> gelu_pre);
 
   Fp8Policy policy_;
   Fp8Scale sx_, sw_, sdy_;

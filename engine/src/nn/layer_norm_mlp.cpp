@@ -68,13 +68,14 @@ void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& para
     fc2_.rebind_input(g.view);
   }
   fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), g.view);
-  Kokkos::View<T*> dg = g.view;
-  detail::gelu_backward<T>(a_, dg, dg);  // elementwise, so in place is safe
   auto h = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::h");
   ln_.forward(x_, shape_, detail::slice(params, 0, 2), h.view);  // bitwise the forward's
   fc1_.rebind_input(h.view);
   auto dh = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::dh");
-  fc1_.backward(dg, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dh.view);
+  // g now holds dg, the gradient w.r.t. gelu(a_): on the fp8 path fc1's dy
+  // casts apply GELU's backward as they load it; else it is written over dg.
+  fc1_.backward_through_gelu(g.view, a_, detail::slice(params, 2, 2), detail::slice(grads, 2, 2),
+                             dh.view);
   ln_.backward(dh.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
 }
 

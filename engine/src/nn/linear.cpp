@@ -152,6 +152,26 @@ void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
 }
 
 template <class T>
+void Linear<T>::backward_through_gelu(Kokkos::View<T*> dg, Kokkos::View<const T*> pre,
+                                      const ConstViews& params, const GradViews& grads,
+                                      Kokkos::View<T*> dx) {
+  detail::check_backward<T>(*this, saved_, shape_, dg, params, grads, dx);
+  if (pre.extent(0) != dg.extent(0))
+    throw Error("Linear::backward_through_gelu with a pre-activation of " +
+                    std::to_string(pre.extent(0)) + " elements",
+                "the output gradient's " + std::to_string(dg.extent(0)) + " elements");
+  if constexpr (std::is_same_v<T, bfloat16_t>) {
+    if (fp8_forward_) {
+      fp8_->backward(dg, x_, shape_.rows(), in_, out_, params[0], grads[0].data(),
+                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data(), fp8_input_, pre);
+      return;
+    }
+  }
+  detail::gelu_backward<T>(pre, dg, dg);  // elementwise, so in place is safe
+  backward(dg, params, grads, dx);
+}
+
+template <class T>
 void Linear<T>::rebind_input(Kokkos::View<const T*> x) {
   if (!saved_ || x.extent(0) != x_.extent(0))
     throw Error("Linear::rebind_input with " + std::to_string(x.extent(0)) + " elements" +

@@ -61,13 +61,14 @@ std::int64_t fp8_scales_128x128(std::int64_t outer, std::int64_t k) noexcept;
 /// blocks along rows (scales fp8_scales_1x128(cols, rows)). When dbias is
 /// not empty (cols floats) it also adds x's column sums to it (a Linear's
 /// bias gradient from its dy cast), summed in a fixed order through
-/// `partials` (rows / 128 * cols floats of workspace). With
-/// Fp8Input::gelu_of_x it casts gelu(x) (fp8_input.hpp; no dbias then).
+/// `partials` (rows / 128 * cols floats of workspace). With another
+/// Fp8Input it casts gelu(x) (no dbias then) or x * gelu'(pre)
+/// (fp8_input.hpp; pre of x's size, 16-byte aligned).
 void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
                     Kokkos::View<float8_e4m3_t*> q, Kokkos::View<float*> q_scales,
                     Kokkos::View<float8_e4m3_t*> qt, Kokkos::View<float*> qt_scales,
                     Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {},
-                    Fp8Input in = Fp8Input::x);
+                    Fp8Input in = Fp8Input::x, Kokkos::View<const bfloat16_t*> pre = {});
 
 /// x [rows, cols] -> q [rows, cols] and/or qt = x^T [cols, rows], each
 /// 128 x 128 tile with one scale (fp8_scales_128x128(rows, cols) and

@@ -136,19 +136,23 @@ enum class Fp8ScaleFrom {
 
 /// The amax of x (max |x| over the finite elements) into scale's [2], and
 /// max-folded into its running amax [1]. A reset and a reduction kernel.
-/// With Fp8Input::gelu_of_x: the amax of gelu(x) (fp8_input.hpp).
-void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in = Fp8Input::x);
+/// With another Fp8Input: the amax of gelu(x) or of x * gelu'(pre)
+/// (fp8_input.hpp; pre only for gelu_grad, x's size).
+void fp8_amax(Kokkos::View<const bfloat16_t*> x, Fp8Scale& scale, Fp8Input in = Fp8Input::x,
+              Kokkos::View<const bfloat16_t*> pre = {});
 
 /// Casts x [rows, cols] to fp8 with one kernel: q [rows, cols] (row-major
 /// copy) and/or qt [cols, rows] (transposed copy); an output of extent 0 is
-/// not written. With Fp8Input::gelu_of_x it casts gelu(x), which is not
-/// written anywhere (fp8_input.hpp).
+/// not written. With another Fp8Input it casts gelu(x) or x * gelu'(pre),
+/// which is not written anywhere (fp8_input.hpp).
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e4m3_t*> q,
-              Kokkos::View<float8_e4m3_t*> qt, Fp8Input in = Fp8Input::x);
+              Kokkos::View<float8_e4m3_t*> qt, Fp8Input in = Fp8Input::x,
+              Kokkos::View<const bfloat16_t*> pre = {});
 void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
               Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
-              Kokkos::View<float8_e5m2_t*> qt, Fp8Input in = Fp8Input::x);
+              Kokkos::View<float8_e5m2_t*> qt, Fp8Input in = Fp8Input::x,
+              Kokkos::View<const bfloat16_t*> pre = {});
 
 /// A Linear's backward cast of its output gradient dy [rows, cols] (E5M2, q
 /// and/or qt as fp8_cast) that also adds dy's column sums, the bias gradient,
@@ -157,11 +161,14 @@ void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t
 /// (fp8_column_sum_partials(rows, cols) floats of workspace), then one small
 /// kernel adds them up tile by tile. The order is fixed, so the result does
 /// not depend on the backend's thread count (and differs from a GEMM's
-/// column sum only in rounding order).
+/// column sum only in rounding order). With Fp8Input::gelu_grad the
+/// gradient is dy * gelu'(pre) (TE's cast_transpose_dbias_dgelu): cast and
+/// summed, never written.
 std::int64_t fp8_column_sum_partials(std::int64_t rows, std::int64_t cols);
 void fp8_cast_dbias(Kokkos::View<const bfloat16_t*> dy, std::int64_t rows, std::int64_t cols,
                     Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
                     Kokkos::View<float8_e5m2_t*> qt, Kokkos::View<float*> dbias,
-                    Kokkos::View<float*> partials);
+                    Kokkos::View<float*> partials, Fp8Input in = Fp8Input::x,
+                    Kokkos::View<const bfloat16_t*> pre = {});
 
 }  // namespace kshard

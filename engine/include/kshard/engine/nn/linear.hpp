@@ -67,6 +67,13 @@ class Linear final : public Layer<T> {
   /// kshard::Error.
   void forward_fp8_of_gelu(Kokkos::View<const T*> pre, ActShape shape, const ConstViews& params,
                            Kokkos::View<T*> y);
+  /// backward() of a Linear whose output went through GELU (the first of an
+  /// MLP), given dg, the gradient w.r.t. gelu(y), and `pre` = y: the output
+  /// gradient is dg * gelu'(pre). On the fp8 path the casts of the gradient
+  /// apply GELU's backward as they load it (it is never written); elsewhere
+  /// gelu_backward writes it over dg first, then backward() runs.
+  void backward_through_gelu(Kokkos::View<T*> dg, Kokkos::View<const T*> pre,
+                             const ConstViews& params, const GradViews& grads, Kokkos::View<T*> dx);
 
  private:
   // Saves the forward's input and runs it on the fp8 path when the policy
