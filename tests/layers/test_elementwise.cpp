@@ -56,8 +56,8 @@ double gelu_grad_ref(double x, double dy) {
   return to_double(from_accum<T>(A(dy) * g));
 }
 
-// GELU uses tanh, whose device and host versions may differ in the last bit
-// of accum_t<T>. Through the formula that difference grows with the size of
+// GELU's exp (its sigmoid form; on the GPU the special-function instructions)
+// differs from the reference's tanh in the last bits of accum_t<T>. Through the formula that difference grows with the size of
 // its terms (0.5 v (1 + t) loses digits where 1 + t is small), so the bound
 // is a few units of accum_t<T> times the terms' magnitude, plus one step of
 // T's rounding of the result (a tie can fall either way).
