@@ -57,8 +57,9 @@ double gelu_grad_ref(double x, double dy) {
 }
 
 // GELU's exp (its sigmoid form; on the GPU the special-function instructions)
-// differs from the reference's tanh in the last bits of accum_t<T>. Through the formula that difference grows with the size of
-// its terms (0.5 v (1 + t) loses digits where 1 + t is small), so the bound
+// differs from the reference's tanh in the last bits of accum_t<T>. Through
+// the formula that difference grows with the size of its terms (the
+// reference's 0.5 v (1 + t) loses digits where 1 + t is small), so the bound
 // is a few units of accum_t<T> times the terms' magnitude, plus one step of
 // T's rounding of the result (a tie can fall either way).
 template <class T>
