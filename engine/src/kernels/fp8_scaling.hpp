@@ -141,16 +141,20 @@ KOKKOS_INLINE_FUNCTION float bf16_lane(const Bf16x8& v, int e) {
   return bf16_bits_float(std::uint16_t(w >> (16 * (e & 3))));
 }
 
-/// The GELU steps of an Fp8Input, per value and rounded to bf16 (returned
-/// as float): exactly what gelu_forward / gelu_backward write for bf16
-/// inputs (the same formulas, pointwise::gelu / gelu_slope, and the same RNE),
-/// so a cast with the step on load quantizes the bits a cast of the written
-/// tensor would.
-KOKKOS_INLINE_FUNCTION float gelu_bf16(float v) {
-  return to_float(from_float<bfloat16_t>(pointwise::gelu<float>(v)));
-}
-KOKKOS_INLINE_FUNCTION float gelu_grad_bf16(float dy, float pre) {
-  return to_float(from_float<bfloat16_t>(dy * pointwise::gelu_slope<float>(pre)));
+/// One value through a GELU step of Fp8Input (pre: GELU's input, for
+/// gelu_grad), rounded to bf16: exactly what gelu_forward / gelu_backward
+/// write for bf16 inputs (the same formulas, pointwise::gelu / gelu_slope, and
+/// the same RNE), so a cast with the step on load quantizes the bits a cast of
+/// the written tensor would.
+template <Fp8Input kIn>
+KOKKOS_INLINE_FUNCTION bfloat16_t gelu_step(float v, float pre) {
+  static_assert(kIn != Fp8Input::x, "a GELU step");
+  if constexpr (kIn == Fp8Input::gelu_of_x) {
+    (void)pre;
+    return from_float<bfloat16_t>(pointwise::gelu<float>(v));
+  } else {
+    return from_float<bfloat16_t>(v * pointwise::gelu_slope<float>(pre));
+  }
 }
 
 KOKKOS_INLINE_FUNCTION float bf16_word_lane(std::uint64_t w, int e) {
@@ -169,13 +173,8 @@ KOKKOS_INLINE_FUNCTION Bf16x8 cast_input(const Bf16x8& v, const Bf16x8* pre) {
     std::uint64_t out[2] = {0, 0};
     for (int h = 0; h < 2; ++h)
       for (int e = 0; e < 4; ++e) {
-        float f;
-        if constexpr (kIn == Fp8Input::gelu_of_x)
-          f = pointwise::gelu<float>(bf16_word_lane(w[h], e));
-        else
-          f = bf16_word_lane(w[h], e) *
-              pointwise::gelu_slope<float>(bf16_word_lane(h ? pre->hi : pre->lo, e));
-        out[h] |= std::uint64_t(from_float<bfloat16_t>(f).bits) << (16 * e);
+        const float p = kIn == Fp8Input::gelu_grad ? bf16_word_lane(h ? pre->hi : pre->lo, e) : 0.0f;
+        out[h] |= std::uint64_t(gelu_step<kIn>(bf16_word_lane(w[h], e), p).bits) << (16 * e);
       }
     return {out[0], out[1]};
   }
@@ -225,8 +224,8 @@ inline void check_fp8_input(const std::string& who, Fp8Input in, std::int64_t n,
 
 /// One value through the input step (the element-wise kernels).
 KOKKOS_INLINE_FUNCTION float cast_input(Fp8Input in, float v, float pre) {
-  if (in == Fp8Input::gelu_of_x) return gelu_bf16(v);
-  if (in == Fp8Input::gelu_grad) return gelu_grad_bf16(v, pre);
+  if (in == Fp8Input::gelu_of_x) return to_float(gelu_step<Fp8Input::gelu_of_x>(v, pre));
+  if (in == Fp8Input::gelu_grad) return to_float(gelu_step<Fp8Input::gelu_grad>(v, pre));
   return v;
 }
 
