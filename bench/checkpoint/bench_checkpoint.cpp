@@ -14,8 +14,6 @@
 // what was just written, so both reads come from the page cache (dropping it
 // needs privileges this machine's sessions may lack); the write figures
 // include fsync, so they are the device's.
-#include <mpi.h>
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -30,6 +28,7 @@
 
 #include <kshard/checkpoint/checkpoint.hpp>
 #include <kshard/engine/nn/linear.hpp>
+#include <kshard/mesh/mpi_interop.hpp>
 #include <kshard/mesh/session.hpp>
 
 namespace {
@@ -102,7 +101,7 @@ int main(int argc, char** argv) {
     else die("unknown option " + a + " (--params N --layers L --reps R --dir DIR --mesh RxS)");
   }
   const kshard::Communicator& world = session.world();
-  const MPI_Comm comm = world.mpi_comm();
+  const MPI_Comm comm = kshard::mpi_comm(world);
   const int rank = world.rank();
   std::vector<int> shape{world.size()};
   if (!mesh_arg.empty()) shape = {std::stoi(mesh_arg), std::stoi(mesh_arg.substr(mesh_arg.find('x') + 1))};

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <kshard/mesh/mpi_interop.hpp>
 #include <kshard/mesh/session.hpp>
 
 namespace {

@@ -1,11 +1,9 @@
 // AsyncSaver: stage 1 and the snapshot on the calling thread, stage 2 on a
 // std::thread, stage 3 when a later poll() finds every rank's write ended
-// (save_stages.hpp). MPI is initialised MPI_THREAD_FUNNELED, so every MPI
-// call stays on the calling thread; the background thread only writes a file
-// from host memory.
+// (save_stages.hpp). MPI is initialised MPI_THREAD_FUNNELED, so every
+// message between ranks (agreements included) stays on the calling thread;
+// the background thread only writes a file from host memory.
 #include "kshard/checkpoint/async_save.hpp"
-
-#include <mpi.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,8 +11,9 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "save_stages.hpp"
 #include "snapshot.hpp"
 
@@ -88,7 +87,7 @@ void AsyncSaver::begin(const std::filesystem::path& save_dir, std::int64_t step,
   // From here on a failure on one rank must not throw on that rank alone
   // (the others would go on into the next collective): it becomes this
   // rank's outcome of the write, which the next poll() or wait() agrees on.
-  s.error = ckpt::run_local([&] {
+  s.error = run_local([&] {
     if (s.job->writer) s.snapshot.take(model, optimizer);
   });
   if (!s.error && s.job->writer) {
@@ -97,7 +96,7 @@ void AsyncSaver::begin(const std::filesystem::path& save_dir, std::int64_t step,
         std::optional<Error> err;
         ckpt::LocalWrite w;
         try {
-          err = ckpt::run_local([&] { w = ckpt::write_local_file(*s.job, s.snapshot); });
+          err = run_local([&] { w = ckpt::write_local_file(*s.job, s.snapshot); });
         } catch (...) {  // run_local catches std::exception; anything else
           err = Error("the background checkpoint write failed with an unknown exception",
                       "no error");
@@ -121,8 +120,8 @@ std::optional<SaveInfo> AsyncSaver::poll() {
   const auto t0 = Clock::now();
   const bool finished = s.done.load(std::memory_order_acquire);
   // {some rank still writes, some rank failed}: max over the world.
-  int state[2] = {finished ? 0 : 1, finished && s.error ? 1 : 0};
-  MPI_Allreduce(MPI_IN_PLACE, state, 2, MPI_INT, MPI_MAX, s.job->world.mpi_comm());
+  std::vector<std::int64_t> state = {finished ? 0 : 1, finished && s.error ? 1 : 0};
+  host_all_reduce(s.job->world, state, ReduceOp::max);
   if (state[0] == 1 && state[1] == 0) {
     s.blocked += since(t0);
     return std::nullopt;

@@ -1,6 +1,6 @@
 // load_checkpoint: every rank reads the manifest, checks it against its model,
 // then reads only the byte ranges its (new) shard owns, verifies them and
-// commits. Phases, each agreed by every rank (agree.hpp):
+// commits. Phases, each agreed by every rank (kshard/mesh/agree.hpp):
 //  A. directory, manifest (format, version, model shape), data files present
 //     with the sizes the manifest records (every rank checks every file, so a
 //     missing or truncated file is found whichever rank would read it);
@@ -8,7 +8,6 @@
 //  C. commit: staging -> master / moments (deep_copy), low-precision copies
 //     re-derived, step count set. Nothing is changed before C, so a failed
 //     load leaves model and optimizer as they were.
-#include <mpi.h>
 
 #include <chrono>
 #include <cstring>
@@ -17,7 +16,7 @@
 #include <memory>
 #include <system_error>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "file_io.hpp"
 #include "kshard/checkpoint/checkpoint.hpp"
 #include "kshard/checkpoint/manifest.hpp"
@@ -323,16 +322,11 @@ std::optional<LoadInfo> load_latest_checkpoint(const fs::path& save_dir, FsdpMod
   const auto latest = latest_checkpoint(save_dir);
   // -1: none. Ranks that see different checkpoints (a file system that is not
   // shared, or one still catching up) must not load different steps.
-  long long step = -1;
+  std::int64_t step = -1;
   if (latest) step = ckpt::step_of(*latest).value_or(-1);
-  long long mm[2] = {step, -step};
-  MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MAX, world.mpi_comm());
-  std::optional<Error> err;
-  if (mm[0] != -mm[1])
-    err = Error("ranks see different latest checkpoints in '" + save_dir.string() + "' (steps " +
-                    std::to_string(-mm[1]) + " to " + std::to_string(mm[0]) + "; -1: none)",
-                "one save directory that every rank sees alike");
-  ckpt::agree(world, err);
+  agree_same(world, "loading the latest checkpoint in '" + save_dir.string() + "'",
+             {{"the latest step (-1: none)", step}},
+             "one save directory that every rank sees alike");
   if (step < 0) return std::nullopt;
   return ckpt::load(*latest, model, &optimizer);
 }

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "file_io.hpp"
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
@@ -223,7 +223,7 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
   const std::int64_t data_start = std::int64_t(8 + text.size());
 
   std::optional<ckpt::File> out;
-  ckpt::run_agreed(world, [&] {
+  run_agreed(world, [&] {
     if (dtype != DType::f32 && dtype != DType::bf16)
       throw Error(std::string("export_safetensors in ") + dtype_name(dtype), "DType::f32 or DType::bf16");
     if (root) {
@@ -236,7 +236,7 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
   });
   auto cleanup = [&](const std::optional<Error>& err) {
     try {
-      ckpt::agree(world, err);
+      agree_ok(world, err);
     } catch (...) {
       out.reset();
       std::error_code ec;
@@ -253,7 +253,7 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
     const ShardedGroup& g = model.group(u);
     const std::vector<float> full = g.gather_master();
     if (!root || err) continue;
-    err = ckpt::run_local([&] {
+    err = run_local([&] {
       for (std::size_t i = 0; i < g.index().size(); ++i) {
         const ParamEntry& e = g.index().entry(i);
         encode(full.data() + e.offset, e.numel, dtype, bytes);
@@ -262,7 +262,7 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
     });
   }
   cleanup(err);
-  cleanup(ckpt::run_local([&] {
+  cleanup(run_local([&] {
     if (!root) return;
     out->sync();
     out->close();
@@ -274,7 +274,7 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
 void import_safetensors(FsdpModel& model, const fs::path& file) {
   const Communicator& world = model.mesh().world();
   SafetensorsHeader h;
-  ckpt::run_agreed(world, [&] {
+  run_agreed(world, [&] {
     h = read_safetensors_header(file);
     std::size_t expected_count = 0;
     for (std::size_t u = 0; u < model.num_units(); ++u) {
@@ -312,7 +312,7 @@ void import_safetensors(FsdpModel& model, const fs::path& file) {
   });
 
   std::vector<std::vector<float>> staging(model.num_units());
-  ckpt::run_agreed(world, [&] {
+  run_agreed(world, [&] {
     ckpt::File f = ckpt::File::open_read(file);
     std::vector<char> buf;
     for (std::size_t u = 0; u < model.num_units(); ++u) {

@@ -3,7 +3,7 @@
 //
 //  1. begin_save: arguments are the same on every rank (step), the optimizer
 //     matches the model; rank 0 creates <save_dir>/.tmp-step-N (removing a
-//     leftover). Agreed (see agree.hpp).
+//     leftover). Agreed (kshard/mesh/agree.hpp).
 //  2. write_local_file: writers (under HSDP: the ranks of replica 0 only, so
 //     no byte is written twice) write shard-<rank>.bin, fsync it and
 //     describe its pieces.
@@ -13,7 +13,6 @@
 //     checkpoints. Agreed.
 // A failure in 2 or 3 removes the temporary directory (best effort); a rank
 // that dies leaves it behind, never a step-N directory.
-#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "file_io.hpp"
 #include "kshard/checkpoint/checkpoint.hpp"
 #include "kshard/checkpoint/manifest.hpp"
@@ -162,31 +161,11 @@ Manifest build_manifest(Manifest m, const std::vector<json>& descs) {
 }
 
 /// Every rank's description (JSON text) to rank 0.
-std::vector<json> gather_descriptions(MPI_Comm comm, const json& mine) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const std::string text = mine.is_null() ? std::string() : mine.dump();
-  int len = int(text.size());
-  std::vector<int> lens(rank == 0 ? std::size_t(size) : 0), displs;
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm);
-  std::string all;
-  if (rank == 0) {
-    int off = 0;
-    for (int l : lens) {
-      displs.push_back(off);
-      off += l;
-    }
-    all.resize(std::size_t(off));
-  }
-  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, comm);
+std::vector<json> gather_descriptions(const Communicator& comm, const json& mine) {
+  const std::vector<std::string> texts =
+      host_gather(comm, mine.is_null() ? std::string() : mine.dump(), 0);
   std::vector<json> out;
-  if (rank == 0)
-    for (int r = 0; r < size; ++r)
-      out.push_back(lens[std::size_t(r)] == 0
-                        ? json()
-                        : json::parse(all.substr(std::size_t(displs[std::size_t(r)]),
-                                                 std::size_t(lens[std::size_t(r)]))));
+  for (const std::string& t : texts) out.push_back(t.empty() ? json() : json::parse(t));
   return out;
 }
 
@@ -211,19 +190,10 @@ void commit(const SaveJob& job, const Manifest& m) {
   prune(job.save_dir, o.keep_last);
 }
 
-/// All ranks hold the same value (else an error on every rank).
-std::string check_same(MPI_Comm comm, std::int64_t v, const std::string& what) {
-  long long mm[2] = {v, -v};
-  MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MAX, comm);
-  if (mm[0] == -mm[1]) return {};
-  return what + " differs between ranks (from " + std::to_string(-mm[1]) + " to " +
-         std::to_string(mm[0]) + ")";
-}
-
-/// agree(), removing the temporary directory (rank 0) when some rank failed.
+/// agree_ok(), removing the temporary directory (rank 0) when some rank failed.
 void agree_or_clean_up(const SaveJob& job, const std::optional<Error>& err) {
   try {
-    agree(job.world, err);
+    agree_ok(job.world, err);
   } catch (...) {
     std::error_code ec;
     if (job.rank == 0) fs::remove_all(job.tmp, ec);
@@ -250,9 +220,10 @@ SaveJob begin_save(const fs::path& save_dir, std::int64_t step, FsdpModel& model
   job.tmp = temporary_path(save_dir, step);
   job.fault = injected_fault(job.rank, step);
 
-  const std::string differs = check_same(job.world.mpi_comm(), step, "the step to save");
+  const std::string differs = disagreement(job.world, {{"the step to save", step}});
   run_agreed(job.world, [&] {
-    if (!differs.empty()) throw Error("save_checkpoint: " + differs, "the same step on every rank");
+    if (!differs.empty())
+      throw Error("save_checkpoint: ranks disagree on " + differs, "the same step on every rank");
     if (step < 0) throw Error("save_checkpoint of step " + std::to_string(step), "a step >= 0");
     if (o.crc_block_bytes < 1 || o.keep_last < 0)
       throw Error("SaveOptions crc_block_bytes " + std::to_string(o.crc_block_bytes) +
@@ -320,8 +291,7 @@ LocalWrite write_local_file(const SaveJob& job, HostShards& shards) {
 SaveInfo finish_save(const SaveJob& job, const std::optional<Error>& local_error,
                      const LocalWrite& local) {
   agree_or_clean_up(job, local_error);
-  MPI_Comm comm = job.world.mpi_comm();
-  const std::vector<json> descs = gather_descriptions(comm, local.description);
+  const std::vector<json> descs = gather_descriptions(job.world, local.description);
   agree_or_clean_up(job, run_local([&] {
     if (job.rank == 0) commit(job, build_manifest(job.manifest, descs));
   }));
@@ -330,9 +300,9 @@ SaveInfo finish_save(const SaveJob& job, const std::optional<Error>& local_error
   info.step = job.step;
   info.bytes_written = local.bytes;
   info.write_seconds = local.seconds;
-  unsigned long long total = local.bytes;
-  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm);
-  info.total_bytes = total;
+  std::vector<std::int64_t> total = {std::int64_t(local.bytes)};
+  host_all_reduce(job.world, total, ReduceOp::sum);
+  info.total_bytes = std::uint64_t(total[0]);
   return info;
 }
 

@@ -30,8 +30,6 @@
 // kshard::Error (bad data file, a run that does not fit in memory), 3 when
 // training diverged (--max-skipped steps skipped in a row, or a non-finite
 // final loss).
-#include <mpi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,7 +40,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
@@ -59,6 +56,7 @@
 #include "kshard/engine/fsdp/recipe.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "kshard/mesh/device_mesh.hpp"
 #include "kshard/mesh/memory_tracker.hpp"
 #include "kshard/mesh/session.hpp"
@@ -111,26 +109,18 @@ std::size_t optimizer_state_bytes(const kshard::FusedAdam& adam) {
   return b;
 }
 
-/// Small all_reduces of host numbers through a View of the default memory
-/// space (which every backend accepts, NCCL included).
+/// Small reductions of host numbers over the ranks (kshard/mesh/agree.hpp:
+/// on the host, no device round trip).
 class Reducer {
  public:
-  Reducer(const kshard::Communicator& comm, std::size_t n)
-      : comm_(comm), dev_("kshard-train.reduce", n), host_(Kokkos::create_mirror_view(dev_)) {}
-  std::vector<double> run(const std::vector<double>& v, kshard::ReduceOp op) {
-    for (std::size_t i = 0; i < v.size(); ++i) host_(i) = v[i];
-    Kokkos::deep_copy(dev_, host_);
-    comm_.all_reduce(dev_, op);
-    Kokkos::deep_copy(host_, dev_);
-    std::vector<double> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = host_(i);
-    return out;
+  explicit Reducer(const kshard::Communicator& comm) : comm_(comm) {}
+  std::vector<double> run(std::vector<double> v, kshard::ReduceOp op) const {
+    kshard::host_all_reduce(comm_, v, op);
+    return v;
   }
 
  private:
   kshard::Communicator comm_;
-  Kokkos::View<double*> dev_;
-  Kokkos::View<double*>::HostMirror host_;
 };
 
 /// NaN without its sign bit, so that printf says "nan" (not "-nan").
@@ -177,18 +167,16 @@ std::string schedule_text(const kshard::LrScheduleConfig& c) {
 /// Which one is decided from what every rank sees and agreed, so that no two
 /// ranks enter different loaders. A path that is neither (missing) goes to
 /// the loader its name suggests, which reports it on every rank.
-void init_from(kshard::FsdpModel& model, const std::string& path, Reducer& reducer, bool root) {
+void init_from(kshard::FsdpModel& model, const std::string& path, bool root) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const bool dir = fs::is_directory(path, ec);
   const bool safetensors =
       !dir && (fs::is_regular_file(path, ec) ||
                (path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0));
-  const double kind = safetensors ? 1 : 0;
-  const auto mx = reducer.run({kind, -kind}, kshard::ReduceOp::max);
-  if (mx[0] != -mx[1])
-    throw kshard::Error("--init-from '" + path + "' is a file on some ranks and not on others",
-                        "a path that every rank sees alike");
+  kshard::agree_same(model.mesh().world(), "--init-from '" + path + "'",
+                     {{"is a file (1) or not (0)", safetensors ? 1 : 0}},
+                     "a path that every rank sees alike");
   const auto t0 = Clock::now();
   std::string what;
   if (safetensors) {
@@ -266,10 +254,10 @@ int run(kshard::Session& session, int argc, char** argv) {
   fo.loss_chunk_bytes = std::size_t(o.loss_chunk_mib) << 20;
   kshard::FsdpModel built(mesh, defs, recipe, fo);
   built.init_parameters(o.seed);
-  Reducer reducer(world, 4);
+  const Reducer reducer(world);
   // Weights only, before the Trainer (and its optimizer) exists: a new run
   // from step 0 with fresh moments.
-  if (!o.init_from.empty()) init_from(built, o.init_from, reducer, root);
+  if (!o.init_from.empty()) init_from(built, o.init_from, root);
   kshard::Trainer trainer(std::move(built), trainer_options(o));
   // The snapshot's host memory now, not inside the first save.
   if (o.async_save) trainer.reserve_async_save();
@@ -320,15 +308,13 @@ int run(kshard::Session& session, int argc, char** argv) {
     // A step-N directory (it has a manifest) is loaded as is; anything else is
     // a save directory whose newest complete checkpoint is taken. Every rank
     // must take the same branch (both are collective): agreed first.
-    const double is_step_dir =
-        std::filesystem::exists(std::filesystem::path(o.resume) / "manifest.json") ? 1.0 : 0.0;
-    const auto agreed = reducer.run({is_step_dir, -is_step_dir}, kshard::ReduceOp::max);
-    if (agreed[0] != -agreed[1])
-      throw kshard::Error("--resume " + o.resume +
-                              ": some ranks see a checkpoint's manifest.json there and some do not",
-                          "the same file system view on every rank");
+    const bool is_step_dir =
+        std::filesystem::exists(std::filesystem::path(o.resume) / "manifest.json");
+    kshard::agree_same(world, "--resume " + o.resume,
+                       {{"holds a checkpoint's manifest.json (1) or not (0)", is_step_dir ? 1 : 0}},
+                       "the same file system view on every rank");
     std::optional<kshard::LoadInfo> loaded;
-    if (is_step_dir != 0.0)
+    if (is_step_dir)
       loaded = trainer.load(o.resume);
     else
       loaded = trainer.resume(o.resume);
@@ -571,25 +557,6 @@ void report(int rank, const char* what) {
   std::fflush(stderr);
 }
 
-/// After an error: when every rank failed alike (a bad option, a collective
-/// that rejected its arguments everywhere) they all get here and may leave
-/// normally; when only some did, the others wait inside a collective that
-/// will never complete, so abort the job instead of hanging. The barrier runs
-/// on a private communicator so it cannot match a collective of the library.
-bool all_ranks_failed(MPI_Comm comm, double timeout_s) {
-  MPI_Request req;
-  MPI_Ibarrier(comm, &req);
-  const auto t0 = Clock::now();
-  int done = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (done) break;
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -598,19 +565,11 @@ int main(int argc, char** argv) {
     session = std::make_unique<kshard::Session>(argc, argv);
   } catch (const std::exception& e) {
     // E.g. an unknown KSHARD_BACKEND: the same on every rank, so every rank
-    // gets here. Session undid nothing it had set up; leave tidily.
+    // gets here, and Session has undone what it set up (MPI included).
     report(kshard::error_rank(), e.what());
-    if (Kokkos::is_initialized()) Kokkos::finalize();
-    int inited = 0, finalized = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&finalized);
-    if (inited && !finalized) MPI_Finalize();
     return 2;
   }
   const int rank = session->rank();
-  MPI_Comm error_comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &error_comm);
-
   int rc = 0;
   try {
     rc = run(*session, argc, argv);
@@ -627,11 +586,9 @@ int main(int argc, char** argv) {
     report(rank, e.what());
     rc = 1;
   }
-  if (rc != 0 && !all_ranks_failed(error_comm, 10.0)) {
-    report(rank, "not every rank failed; aborting the job so that no rank hangs");
-    MPI_Abort(MPI_COMM_WORLD, rc);
-  }
-  MPI_Comm_free(&error_comm);
+  // Every rank leaves with the same code; a rank that failed alone aborts
+  // the job rather than leave the others waiting in a collective.
+  rc = session->agreed_exit_code(rc);
   session.reset();
   return rc;
 }

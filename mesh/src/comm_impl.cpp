@@ -1,4 +1,4 @@
-#include "kshard/mesh/detail/comm_impl.hpp"
+#include "comm_impl.hpp"
 
 #include "trace_registry.hpp"
 

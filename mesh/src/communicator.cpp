@@ -1,9 +1,11 @@
 #include "kshard/mesh/communicator.hpp"
 
-#include <array>
 #include <string>
+#include <vector>
 
+#include "comm_impl.hpp"
 #include "trace_registry.hpp"
+#include "value_ranges.hpp"
 
 namespace kshard {
 namespace detail {
@@ -24,25 +26,19 @@ std::string where(const CommImpl& impl, const char* op) {
          backend_name(impl.backend()) + ", " + std::to_string(impl.size()) + " ranks)";
 }
 
-// All ranks agree on what they are about to do, or all throw. One small
-// MPI_Allreduce(MAX) over (x, -x) gives every rank the min and max of each field.
+// All ranks agree on what they are about to do, or all throw (one small
+// host reduction: value_ranges.hpp).
 void check_agreement(CommImpl& impl, CollKind kind, const CollArgs& a) {
   const std::uint64_t count = kind == CollKind::reduce_scatter ? a.recv_count : a.send_count;
-  constexpr int n = 5;
-  const std::array<long long, n> mine = {
-      (long long)kind, (long long)a.dtype, (long long)count,
-      (kind == CollKind::reduce_scatter || kind == CollKind::all_reduce) ? (long long)a.op : 0,
-      kind == CollKind::broadcast ? (long long)a.root : 0};
-  std::array<long long, 2 * n> v{}, r{};
-  for (int i = 0; i < n; ++i) {
-    v[i] = mine[i];
-    v[n + i] = -mine[i];
-  }
-  MPI_Allreduce(v.data(), r.data(), 2 * n, MPI_LONG_LONG, MPI_MAX, impl.control());
-  static const char* fields[n] = {"the collective", "the dtype", "the element count",
-                                  "the reduce op", "the root"};
-  for (int i = 0; i < n; ++i) {
-    const long long hi = r[i], lo = -r[n + i];
+  const std::vector<std::int64_t> mine = {
+      std::int64_t(kind), std::int64_t(a.dtype), std::int64_t(count),
+      (kind == CollKind::reduce_scatter || kind == CollKind::all_reduce) ? std::int64_t(a.op) : 0,
+      kind == CollKind::broadcast ? std::int64_t(a.root) : 0};
+  const std::vector<ValueRange> r = value_ranges(impl.control(), mine);
+  static const char* fields[] = {"the collective", "the dtype", "the element count",
+                                 "the reduce op", "the root"};
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const std::int64_t hi = r[i].hi, lo = r[i].lo;
     if (hi == lo) continue;
     std::string detail;
     if (i == 0)
@@ -131,6 +127,18 @@ Request run_collective(CommImpl& impl, CollKind kind, const CollArgs& a) {
 }
 
 }  // namespace detail
+
+int Communicator::rank() const { return impl().rank(); }
+int Communicator::size() const { return impl().size(); }
+Backend Communicator::backend() const { return impl().backend(); }
+const std::string& Communicator::name() const { return impl().name(); }
+void Communicator::barrier() const { impl().barrier(); }
+void Communicator::set_validation(bool on) const { impl().set_validate(on); }
+std::vector<TraceEntry> Communicator::trace() const { return impl().trace().last(); }
+
+Communicator Communicator::split(int color, int key, const std::string& name) const {
+  return Communicator(impl().split(color, key, name));
+}
 
 detail::CommImpl& Communicator::impl() const {
   if (!impl_)

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "comm_impl.hpp"
+#include "kshard/mesh/agree.hpp"
+
 namespace kshard {
 
 bool DeviceMesh::fits(const std::vector<int>& shape, int world_size) noexcept {
@@ -62,11 +65,12 @@ DeviceMesh::DeviceMesh(const Communicator& world, std::vector<int> shape,
 
   // Ranks that were given different shapes would build mismatched groups and
   // hang in the splits below: agree first.
-  long long v[6] = {(long long)shape_.size(), shape_[0], shape_.size() > 1 ? shape_[1] : 0};
-  for (int i = 0; i < 3; ++i) v[3 + i] = -v[i];
-  MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_LONG_LONG, MPI_MAX, world_.mpi_comm());
-  if (v[0] != -v[3] || v[1] != -v[4] || v[2] != -v[5])
-    throw Error("ranks disagree on the device mesh shape (this rank: " + desc + ")",
+  const std::string differs =
+      disagreement(world_, {{"the number of dimensions", std::int64_t(shape_.size())},
+                            {"dimension 0", shape_[0]},
+                            {"dimension 1", shape_.size() > 1 ? shape_[1] : 0}});
+  if (!differs.empty())
+    throw Error("ranks disagree on the device mesh shape (this rank: " + desc + "): " + differs,
                 "the same mesh shape on every rank");
 
   const int r = world_.rank();

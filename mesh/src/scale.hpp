@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "kshard/dtype.hpp"
-#include "kshard/mesh/detail/comm_impl.hpp"
+#include "comm_impl.hpp"
 
 namespace kshard::detail {
 void divide_in_place(void* data, std::size_t count, DType dtype, int divisor, MemKind mem);

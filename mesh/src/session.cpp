@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
+#include "comm_impl.hpp"
 #include "device.hpp"
 #include "kshard/mesh/memory_tracker.hpp"
 #include "mpi/mpi_types.hpp"
@@ -62,8 +64,20 @@ Session::Session(int& argc, char**& argv, SessionOptions options) {
   }
   memory::install();
   mpi_world_ = Communicator(detail::make_mpi_comm(MPI_COMM_WORLD, "world"));
+  exit_comm_ = Communicator(detail::make_mpi_comm(MPI_COMM_WORLD, "world.exit"));
+  try {
+    choose_backend(options, ndev);
+  } catch (...) {
+    // The same on every rank (same inputs, agreed sharing): every rank
+    // tears down alike and the caller may simply report and return.
+    tear_down();
+    throw;
+  }
   g_session = this;
+  init_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
+void Session::choose_backend(const SessionOptions& options, int ndev) {
   // The default backend must be the same on every rank.
   int max_sharers = device_sharers_;
   MPI_Allreduce(MPI_IN_PLACE, &max_sharers, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -75,7 +89,6 @@ Session::Session(int& argc, char**& argv, SessionOptions options) {
     default_backend_ = Backend::mpi;
   } else if (want == "nccl") {
     if (!nccl_ok) {
-      g_session = nullptr;
       const std::string why =
           !detail::nccl_available() ? "kshard was built without NCCL"
           : ndev == 0              ? "no GPU is visible"
@@ -85,11 +98,44 @@ Session::Session(int& argc, char**& argv, SessionOptions options) {
     }
     default_backend_ = Backend::nccl;
   } else {
-    g_session = nullptr;
     throw Error("unknown backend '" + want + "' (KSHARD_BACKEND or SessionOptions::backend)",
                 "auto, mpi or nccl");
   }
-  init_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Session::tear_down() noexcept {
+  exit_comm_ = Communicator();
+  nccl_world_ = Communicator();
+  mpi_world_ = Communicator();
+  detail::mpi_free_ops();
+  if (owns_kokkos_) Kokkos::finalize();
+  if (owns_mpi_) MPI_Finalize();
+  owns_kokkos_ = owns_mpi_ = false;
+}
+
+int Session::agreed_exit_code(int code, double timeout_s) {
+  const MPI_Comm c = exit_comm_.impl().control();
+  MPI_Request req;
+  MPI_Ibarrier(c, &req);
+  const auto t0 = std::chrono::steady_clock::now();
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    if (code != 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
+      std::fprintf(stderr,
+                   "[rank %d] kshard: not every rank ended within %.0f s of this rank's error; "
+                   "aborting the job so that no rank hangs\n",
+                   rank_, timeout_s);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, code);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  int worst = code;
+  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, c);
+  return worst;
 }
 
 Session::~Session() {
@@ -100,11 +146,7 @@ Session::~Session() {
     std::fprintf(stderr, "%s", text.c_str());
     std::fflush(stderr);
   }
-  nccl_world_ = Communicator();
-  mpi_world_ = Communicator();
-  detail::mpi_free_ops();
-  if (owns_kokkos_) Kokkos::finalize();
-  if (owns_mpi_) MPI_Finalize();
+  tear_down();
   g_session = nullptr;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -11,6 +12,7 @@
 #include "grad_kernels.hpp"
 #include "kshard/error.hpp"
 #include "kshard/engine/fsdp/sharded_group.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "kshard/optim/grad_clip.hpp"
 
@@ -18,7 +20,6 @@ namespace kshard {
 namespace {
 
 using namespace optim_detail;
-using HostBuf = Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 
 /// Marks "no model-parameter copy" in the kernel's template arguments.
 struct NoModel {};
@@ -272,22 +273,15 @@ void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*
     launch_update<M, float16_t>(master, grad, m, v, model.data, c);
 }
 
-/// Every rank learns whether some rank found a bad argument: that rank
-/// throws its own message, the others an error naming it, so no rank is
-/// left waiting in a later collective. `extra` values ride along (reduced
-/// with max) and come back in place.
+/// Every rank learns whether some rank found a bad argument (agree_ok: that
+/// rank throws its own message, the others the same one), so no rank is left
+/// waiting in a later collective. `extra` values ride along (reduced with
+/// max) and come back in place.
 void agree(const Communicator& world, const std::string& local_problem,
            const std::string& expected, const char* who, std::vector<double>& extra) {
-  std::vector<double> buf;
-  buf.push_back(local_problem.empty() ? 0.0 : double(world.rank() + 1));
-  buf.insert(buf.end(), extra.begin(), extra.end());
-  world.all_reduce(HostBuf(buf.data(), buf.size()), ReduceOp::max);
-  if (!local_problem.empty()) throw Error(std::string(who) + ": " + local_problem, expected);
-  if (buf[0] > 0)
-    throw Error(std::string(who) + ": invalid arguments on rank " + std::to_string(int(buf[0]) - 1) +
-                    " of " + world.name() + " (its error says which)",
-                "valid arguments on every rank");
-  for (std::size_t k = 0; k < extra.size(); ++k) extra[k] = buf[k + 1];
+  std::optional<Error> err;
+  if (!local_problem.empty()) err = Error(std::string(who) + ": " + local_problem, expected);
+  agree_ok(world, err, extra);
 }
 
 std::string check_options(const AdamOptions& o) {
@@ -440,7 +434,9 @@ GradStats FusedAdam::agree_stats(double sum, double nonfinite, float loss_scale,
                     " and " + std::to_string(extra[1]) + " parameter groups (this rank: " +
                     std::to_string(groups_.size()) + ")",
                 "the same number of groups on every rank (add_group is collective)");
-  shard_comm_.all_reduce(HostBuf(&sum, 1), ReduceOp::sum);
+  std::vector<double> sums = {sum};
+  host_all_reduce(shard_comm_, sums, ReduceOp::sum);
+  sum = sums[0];
 
   GradStats s;
   const double inv = 1.0 / double(loss_scale);

@@ -7,8 +7,6 @@
 // Environment: KSHARD_CKPT_ROOT  data directory of this build (CTest sets it)
 //              KSHARD_CKPT_MESH  this launch's mesh: "2", "4", "2x2", "1"
 //              KSHARD_CKPT_FROM  (reshard launches) the mesh whose saves to load
-#include <mpi.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +27,7 @@
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/fsdp/loss_scaler.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "kshard/mesh/device_mesh.hpp"
 #include "kshard/numeric/convert.hpp"
 #include "kshard/optim/fused_adam.hpp"
@@ -86,14 +85,12 @@ inline fs::path launch_dir(int world_size, const fs::path& what) {
 }
 
 /// Rank 0 makes an empty directory; every rank waits for it.
-inline void fresh_dir(const fs::path& p, MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) {
+inline void fresh_dir(const fs::path& p, const kshard::Communicator& comm) {
+  if (comm.rank() == 0) {
     fs::remove_all(p);
     fs::create_directories(p);
   }
-  MPI_Barrier(comm);
+  comm.barrier();
 }
 
 struct ModelCfg {
@@ -188,9 +185,9 @@ struct Trainer {
 
   /// Mean of the local losses over the world (equal rows per rank: the global mean).
   double global_loss(double local) const {
-    double sum = local;
-    MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, mesh.world().mpi_comm());
-    return sum / mesh.world().size();
+    std::vector<double> mean = {local};
+    kshard::host_all_reduce(mesh.world(), mean, kshard::ReduceOp::avg);
+    return mean[0];
   }
 
   /// The trainer's scalar state: what a kshard::Trainer would hand to save().

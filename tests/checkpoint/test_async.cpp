@@ -52,9 +52,9 @@ bool same_files(const fs::path& a, const fs::path& b, std::string& why) {
 /// The highest world rank that writes a data file (under HSDP only the
 /// ranks of replica 0 write).
 int last_writer(const kshard::DeviceMesh& mesh) {
-  int r = mesh.ndim() == 1 || mesh.coord(0) == 0 ? mesh.world().rank() : -1;
-  MPI_Allreduce(MPI_IN_PLACE, &r, 1, MPI_INT, MPI_MAX, mesh.world().mpi_comm());
-  return r;
+  std::vector<std::int64_t> r = {mesh.ndim() == 1 || mesh.coord(0) == 0 ? mesh.world().rank() : -1};
+  kshard::host_all_reduce(mesh.world(), r, kshard::ReduceOp::max);
+  return int(r[0]);
 }
 
 }  // namespace
@@ -68,7 +68,7 @@ KSHARD_TEST_SUITE(async_save)
 BOOST_DATA_TEST_CASE(snapshot_is_the_state_at_start, bdata::make({"fp32", "bf16"}), recipe) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here(std::string("async-") + recipe);
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, recipe, 5);
   a.train_step();
   a.train_step();
@@ -115,7 +115,7 @@ BOOST_DATA_TEST_CASE(snapshot_is_the_state_at_start, bdata::make({"fp32", "bf16"
 BOOST_AUTO_TEST_CASE(failed_write_is_an_error_on_every_rank) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("async-fail");
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, "fp32", 6);
   a.train_step();
   kshard::save_checkpoint(dir, 1, *a.model, *a.opt, a.user_state());
@@ -174,7 +174,7 @@ BOOST_AUTO_TEST_CASE(failed_write_is_an_error_on_every_rank) {
 BOOST_AUTO_TEST_CASE(destructor_waits_and_commits_nothing) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("async-dtor");
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, "fp32", 7);
   a.train_step();
   {
@@ -182,7 +182,7 @@ BOOST_AUTO_TEST_CASE(destructor_waits_and_commits_nothing) {
     saver.start(dir, 1, *a.model, *a.opt, a.user_state());
   }
   const fs::path tmp = dir / ".tmp-step-0000000001";
-  MPI_Barrier(kt::world().mpi_comm());  // every rank's writer has ended
+  kt::world().barrier();  // every rank's writer has ended
   KSHARD_CHECK_ALL(fs::is_directory(tmp) && !fs::exists(tmp / "manifest.json"));
   KSHARD_CHECK_ALL(fs::exists(tmp / "shard-00000.bin"));
   KSHARD_CHECK_ALL(kshard::list_checkpoints(dir).empty());

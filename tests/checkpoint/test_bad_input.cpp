@@ -26,7 +26,7 @@ struct Good {
   fs::path path;
   Good()
       : mesh(make_mesh(kt::world(), launch_mesh(kt::world_size()))), t(mesh, "fp32", 21) {
-    fresh_dir(here("good"), kt::world().mpi_comm());
+    fresh_dir(here("good"), kt::world());
     t.train_step();
     path = kshard::save_checkpoint(here("good"), 1, *t.model, *t.opt, t.user_state()).path;
   }
@@ -40,7 +40,7 @@ struct Good {
       fs::copy(path, p, fs::copy_options::recursive);
       damage(p);
     }
-    MPI_Barrier(kt::world().mpi_comm());
+    kt::world().barrier();
     return p;
   }
 };
@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(steps_that_differ_between_ranks) {
   Good g;
   const std::string e = error_of(
       [&] { kshard::save_checkpoint(here("good"), 5 + kt::world_rank(), *g.t.model, *g.t.opt); });
-  KSHARD_CHECK_ALL_MSG(e.find("the step to save differs between ranks") != std::string::npos, "got: " << e);
+  KSHARD_CHECK_ALL_MSG(e.find("ranks disagree on the step to save") != std::string::npos, "got: " << e);
 }
 
 // safetensors: a truncated file, a header that is not JSON, a missing tensor.
@@ -198,7 +198,7 @@ BOOST_AUTO_TEST_CASE(bad_safetensors) {
   Good g;
   const fs::path dir = here("st");
   if (kt::world_rank() == 0) fs::create_directories(dir);
-  MPI_Barrier(kt::world().mpi_comm());
+  kt::world().barrier();
   const fs::path good = dir / "good.safetensors";
   kshard::export_safetensors(*g.t.model, good);
   const fs::path trunc = dir / "truncated.safetensors", garbage = dir / "garbage.safetensors";
@@ -209,7 +209,7 @@ BOOST_AUTO_TEST_CASE(bad_safetensors) {
     s[8] = '#';  // the header's opening brace
     spit(garbage, s);
   }
-  MPI_Barrier(kt::world().mpi_comm());
+  kt::world().barrier();
   auto import_error = [&](const fs::path& p, kshard::FsdpModel& m) {
     return error_of([&] { kshard::import_safetensors(m, p); });
   };

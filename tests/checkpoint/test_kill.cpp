@@ -24,7 +24,7 @@ BOOST_AUTO_TEST_CASE(crash_during_save) {
   KSHARD_SKIP_IF(env("KSHARD_CHECKPOINT_TEST_FAULT").empty(),
                  "no KSHARD_CHECKPOINT_TEST_FAULT: run by checkpoint_kill_save");
   const auto mesh = make_mesh(kt::world(), {kt::world_size()});
-  fresh_dir(kill_dir(), kt::world().mpi_comm());
+  fresh_dir(kill_dir(), kt::world());
   Trainer a(mesh, "fp32", 31);
   a.train_step();
   kshard::save_checkpoint(kill_dir(), 1, *a.model, *a.opt, a.user_state());
@@ -65,7 +65,7 @@ BOOST_AUTO_TEST_CASE(crash_during_async_save) {
                  "no KSHARD_CHECKPOINT_TEST_FAULT: run by checkpoint_kill_async_save");
   const auto mesh = make_mesh(kt::world(), {kt::world_size()});
   const fs::path dir = kill_dir().string() + "-async";
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, "fp32", 31);
   a.train_step();
   kshard::AsyncSaver saver;

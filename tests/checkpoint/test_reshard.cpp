@@ -39,7 +39,7 @@ BOOST_AUTO_TEST_CASE(save_for_reshard) {
   const auto mesh = make_mesh(kt::world(), shape);
   for (const std::string& recipe : all_recipes()) {
     const fs::path dir = reshard_dir(mesh_name(shape), recipe);
-    fresh_dir(dir, kt::world().mpi_comm());
+    fresh_dir(dir, kt::world());
     Trainer a(mesh, recipe, 11);
     for (int s = 0; s < K; ++s) a.train_step();
     kshard::save_checkpoint(dir, a.step, *a.model, *a.opt, a.user_state());

@@ -27,7 +27,7 @@ KSHARD_TEST_SUITE(roundtrip)
 BOOST_DATA_TEST_CASE(every_recipe, bdata::make(all_recipes()), recipe) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("roundtrip-" + recipe);
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, recipe, 1);
   a.train_step();
   a.train_step();
@@ -56,7 +56,7 @@ BOOST_DATA_TEST_CASE(every_recipe, bdata::make(all_recipes()), recipe) {
 BOOST_DATA_TEST_CASE(resume_is_bitwise, bdata::make(all_recipes()), recipe) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("resume-" + recipe);
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   constexpr int K = 3, L = 4;
   Trainer a(mesh, recipe, 5);
   for (int s = 0; s < K; ++s) a.train_step();
@@ -81,7 +81,7 @@ BOOST_DATA_TEST_CASE(resume_is_bitwise, bdata::make(all_recipes()), recipe) {
 BOOST_AUTO_TEST_CASE(recipe_change_is_reported) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("recipe-change");
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, "bf16", 3);
   a.train_step();
   const auto si = kshard::save_checkpoint(dir, 1, *a.model, a.user_state());  // model only
@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(recipe_change_is_reported) {
 BOOST_AUTO_TEST_CASE(moment_dtype_conversion) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("moments");
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, "fp32", 3);  // f32 moments
   a.train_step();
   const auto si = kshard::save_checkpoint(dir, 1, *a.model, *a.opt);
@@ -126,7 +126,7 @@ BOOST_AUTO_TEST_CASE(moment_dtype_conversion) {
 BOOST_AUTO_TEST_CASE(keep_last_and_latest) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("keep-last");
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   KSHARD_CHECK_ALL(!kshard::latest_checkpoint(dir).has_value());
   Trainer a(mesh, "fp32", 8);
   Trainer b(mesh, "fp32", 9);
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE(keep_last_and_latest) {
 BOOST_AUTO_TEST_CASE(one_copy_of_each_byte) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
   const fs::path dir = here("bytes");
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, "fp32", 8);
   const auto si = kshard::save_checkpoint(dir, 0, *a.model, *a.opt);
   const std::uint64_t expected = std::uint64_t(a.model->num_parameters()) * 12;  // master + 2 moments

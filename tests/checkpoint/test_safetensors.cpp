@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_CASE(roundtrip_cpp) {
   const auto shape = launch_mesh(kt::world_size());
   const auto mesh = make_mesh(kt::world(), shape);
   const fs::path dir = root() / ("mesh-" + mesh_name(shape)) / "st";
-  fresh_dir(dir, kt::world().mpi_comm());
+  fresh_dir(dir, kt::world());
   Trainer a(mesh, "bf16", 41);
   a.train_step();
   kshard::export_safetensors(*a.model, dir / "m.safetensors");
@@ -66,7 +66,7 @@ BOOST_AUTO_TEST_CASE(roundtrip_cpp) {
 BOOST_AUTO_TEST_CASE(export_for_python) {
   KSHARD_SKIP_IF(env("KSHARD_ST_STAGE") != "export", "run by checkpoint_st_export");
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
-  fresh_dir(st_dir(), kt::world().mpi_comm());
+  fresh_dir(st_dir(), kt::world());
   Trainer a(mesh, "fp32", 51);
   a.train_step();
   a.train_step();

@@ -6,7 +6,6 @@
 // and its failed write is an error on every rank.
 #include <kshard/testing/harness.hpp>
 
-#include <mpi.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,11 +15,13 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include <kshard/checkpoint/checkpoint.hpp>
+#include <kshard/mesh/agree.hpp>
 #include <kshard/train/trainer.hpp>
 #include <kshard/train/trainer_state_json.hpp>
 
@@ -65,22 +66,23 @@ std::string error_of(F&& f) {
 /// created empty by rank 0.
 fs::path shared_dir(const std::string& tag) {
   const auto& world = kt::world();
-  long pid = long(::getpid());
-  MPI_Bcast(&pid, 1, MPI_LONG, 0, world.mpi_comm());
+  // Rank 0's pid everywhere: the others contribute 0 to a max.
+  std::vector<std::int64_t> pid = {world.rank() == 0 ? std::int64_t(::getpid()) : 0};
+  kshard::host_all_reduce(world, pid, kshard::ReduceOp::max);
   const fs::path p = fs::temp_directory_path() /
-                     ("kshard_trainer_ckpt_" + std::to_string(pid) + "_" + tag);
+                     ("kshard_trainer_ckpt_" + std::to_string(pid[0]) + "_" + tag);
   if (world.rank() == 0) {
     fs::remove_all(p);
     fs::create_directories(p);
   }
-  MPI_Barrier(world.mpi_comm());
+  world.barrier();
   return p;
 }
 
 void remove_shared(const fs::path& p) {
-  MPI_Barrier(kt::world().mpi_comm());
+  kt::world().barrier();
   if (kt::world().rank() == 0) fs::remove_all(p);
-  MPI_Barrier(kt::world().mpi_comm());
+  kt::world().barrier();
 }
 
 kshard::TrainerOptions ckpt_options() {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "device_memory.hpp"
 #include "kshard/engine/fsdp/param_index.hpp"
 #include "kshard/error.hpp"
@@ -88,8 +88,8 @@ void check_memory_fits(const Communicator& comm, const MemoryEstimate& estimate)
   const double need = estimate.total();
   // Short by how much, on the worst rank (0: fits everywhere or unknown).
   const double shortfall = avail > 0 && need > avail ? need - avail : 0.0;
-  const train_detail::HostReducer reducer(comm);
-  const auto worst = reducer.run({shortfall, avail > 0 ? -avail : -1e300}, ReduceOp::max);
+  std::vector<double> worst = {shortfall, avail > 0 ? -avail : -1e300};
+  host_all_reduce(comm, worst, ReduceOp::max);
   if (worst[0] > 0)
     throw Error("the run needs about " + estimate.describe() + " per rank for " +
                     std::to_string(estimate.params) + " parameters, but a rank has only " +

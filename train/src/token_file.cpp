@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {
@@ -84,15 +84,10 @@ TokenFile TokenFile::open(const Communicator& comm, const std::string& path, Tok
   } catch (...) {
     failure = std::current_exception();
   }
-  const train_detail::HostReducer reducer(comm);
-  train_detail::agree_on_failure(reducer, failure, "opening " + quoted(path));
+  agree_ok(comm, failure, "opening " + quoted(path));
   // Every rank must read the same data: compare the sizes.
-  const double n = double(f->num_tokens());
-  const auto mm = reducer.run({n, -n}, ReduceOp::max);
-  if (mm[0] != -mm[1])
-    throw Error(quoted(path) + " holds between " + std::to_string(std::int64_t(-mm[1])) + " and " +
-                    std::to_string(std::int64_t(mm[0])) + " tokens on the ranks of " + comm.name(),
-                "the same file on every rank");
+  agree_same(comm, "opening " + quoted(path) + " on " + comm.name(),
+             {{"the number of tokens", f->num_tokens()}}, "the same file on every rank");
   return std::move(*f);
 }
 

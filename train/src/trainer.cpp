@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "cross_entropy_sum.hpp"
 
 namespace kshard {
@@ -46,7 +46,6 @@ Trainer::Trainer(FsdpModel model, TrainerOptions options)
       options_((check_options(options), options)),
       schedule_(options_.schedule),
       scaler_(options_.initial_loss_scale, options_.loss_scale_growth_interval),
-      reducer_(std::make_unique<train_detail::HostReducer>(model_.mesh().world())),
       saver_(std::make_unique<AsyncSaver>()) {
   const DeviceMesh& mesh = model_.mesh();
   adam_ = std::make_unique<FusedAdam>(with_lr(options_.adam, schedule_.at(0)), mesh.shard_comm(),
@@ -81,7 +80,7 @@ void Trainer::fill_host(const TokenSource& data) {
   } catch (...) {
     failure = std::current_exception();
   }
-  train_detail::agree_on_failure(*reducer_, failure, "reading training data from " + data.describe());
+  agree_ok(model_.mesh().world(), failure, "reading training data from " + data.describe());
 }
 
 StepReport Trainer::step(const TokenSource& data) {
@@ -125,7 +124,9 @@ StepReport Trainer::step(const TokenSource& data) {
   consecutive_skipped_ = r.optimizer.skipped ? consecutive_skipped_ + 1 : 0;
   r.step = step_;
   r.consecutive_skipped = consecutive_skipped_;
-  r.loss = reducer_->run({r.local_loss}, ReduceOp::avg)[0];
+  std::vector<double> loss_avg = {r.local_loss};
+  host_all_reduce(model_.mesh().world(), loss_avg, ReduceOp::avg);
+  r.loss = loss_avg[0];
 
   if (options_.max_skipped > 0 && consecutive_skipped_ >= options_.max_skipped) {
     std::ostringstream m;
@@ -179,7 +180,7 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
     } catch (...) {
       failure = std::current_exception();
     }
-    train_detail::agree_on_failure(*reducer_, failure, "reading evaluation data from " + data.describe());
+    agree_ok(model_.mesh().world(), failure, "reading evaluation data from " + data.describe());
     // Padding rows: a valid id, an ignored target.
     std::fill(ids_host_.begin() + valid * seq, ids_host_.begin() + rows, 0);
     std::fill(targets_host_.begin() + valid * seq, targets_host_.begin() + rows, -1);
@@ -196,7 +197,8 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
                                 Kokkos::subview(targets_, std::make_pair(r0, r0 + n)));
                           });
   }
-  const auto total = reducer_->run({sum, count}, ReduceOp::sum);
+  std::vector<double> total = {sum, count};
+  host_all_reduce(model_.mesh().world(), total, ReduceOp::sum);
   EvalResult e;
   e.tokens = std::int64_t(total[1]);
   e.loss = total[0] / total[1];
@@ -240,17 +242,14 @@ void Trainer::restore(const TrainerState& s) {
   } catch (...) {
     failure = std::current_exception();
   }
-  train_detail::agree_on_failure(*reducer_, failure, "Trainer::restore");
+  agree_ok(model_.mesh().world(), failure, "Trainer::restore");
   // Every rank must continue from the same state.
-  const double key[] = {double(s.step), double(s.optimizer_steps), double(s.data_position),
-                        double(s.data_seed % (std::uint64_t(1) << 52))};
-  const auto mx = reducer_->run({key[0], key[1], key[2], key[3], -key[0], -key[1], -key[2], -key[3]},
-                                ReduceOp::max);
-  for (int i = 0; i < 4; ++i)
-    if (mx[std::size_t(i)] != -mx[std::size_t(i + 4)])
-      throw Error("Trainer::restore: the ranks of " + model_.mesh().world().name() +
-                      " were given different states",
-                  "the same TrainerState on every rank");
+  agree_same(model_.mesh().world(), "Trainer::restore",
+             {{"the step", s.step},
+              {"the optimizer step count", s.optimizer_steps},
+              {"the data position", s.data_position},
+              {"the data seed", std::int64_t(s.data_seed & ((std::uint64_t(1) << 62) - 1))}},
+             "the same TrainerState on every rank");
   schedule_ = LrSchedule(s.schedule);
   options_.schedule = s.schedule;
   adam_->set_step_count(s.optimizer_steps);

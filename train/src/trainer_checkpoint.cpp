@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "agree.hpp"
+#include "kshard/mesh/agree.hpp"
 #include "kshard/checkpoint/manifest.hpp"
 #include "kshard/train/trainer.hpp"
 #include "kshard/train/trainer_state_json.hpp"
@@ -78,8 +78,8 @@ LoadInfo Trainer::load(const fs::path& step_dir) {
   } catch (...) {
     failure = std::current_exception();
   }
-  train_detail::agree_on_failure(*reducer_, failure,
-                                 "reading the trainer state of checkpoint '" + step_dir.string() + "'");
+  agree_ok(model_.mesh().world(), failure,
+           "reading the trainer state of checkpoint '" + step_dir.string() + "'");
 
   LoadInfo info = load_checkpoint(step_dir, model_, *adam_);
   // Parsed again from what load read (the same bytes unless the file changed
@@ -91,8 +91,8 @@ LoadInfo Trainer::load(const fs::path& step_dir) {
   } catch (...) {
     failure = std::current_exception();
   }
-  train_detail::agree_on_failure(*reducer_, failure,
-                                 "reading the trainer state of checkpoint '" + step_dir.string() + "'");
+  agree_ok(model_.mesh().world(), failure,
+           "reading the trainer state of checkpoint '" + step_dir.string() + "'");
   restore(s);
   return info;
 }
@@ -106,21 +106,17 @@ std::optional<LoadInfo> Trainer::resume(const fs::path& dir) {
   } catch (...) {
     failure = std::current_exception();
   }
-  train_detail::agree_on_failure(*reducer_, failure,
-                                 "looking for checkpoints in '" + dir.string() + "'");
+  agree_ok(model_.mesh().world(), failure, "looking for checkpoints in '" + dir.string() + "'");
   // -1: none. Ranks that see different newest checkpoints (a file system that
   // is not shared, or one still catching up) must not load different steps.
-  double step = -1;
+  std::int64_t step = -1;
   if (latest) {
     const std::string name = latest->filename().string();  // step-0000000042
-    step = double(std::stoll(name.substr(name.find('-') + 1)));
+    step = std::stoll(name.substr(name.find('-') + 1));
   }
-  const auto mx = reducer_->run({step, -step}, ReduceOp::max);
-  if (mx[0] != -mx[1])
-    throw Error("ranks see different newest checkpoints in '" + dir.string() + "' (steps " +
-                    std::to_string(std::int64_t(-mx[1])) + " to " +
-                    std::to_string(std::int64_t(mx[0])) + "; -1: none)",
-                "one save directory that every rank sees alike");
+  agree_same(model_.mesh().world(), "resuming from '" + dir.string() + "'",
+             {{"the newest step (-1: none)", step}},
+             "one save directory that every rank sees alike");
   if (step < 0) return std::nullopt;
   return load(*latest);
 }

@@ -10,10 +10,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../comm_impl.hpp"
 #include "../scale.hpp"
 #include "kshard/compat/kokkos.hpp"
 #include "kshard/error.hpp"
-#include "kshard/mesh/detail/comm_impl.hpp"
 #include "mpi_types.hpp"
 
 namespace kshard::detail {

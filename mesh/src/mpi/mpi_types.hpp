@@ -5,7 +5,7 @@
 #include <mpi.h>
 
 #include "kshard/dtype.hpp"
-#include "kshard/mesh/detail/comm_impl.hpp"
+#include "../comm_impl.hpp"
 
 namespace kshard::detail {
 MPI_Datatype mpi_datatype(DType t);

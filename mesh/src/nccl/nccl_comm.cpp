@@ -35,8 +35,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../comm_impl.hpp"
 #include "kshard/error.hpp"
-#include "kshard/mesh/detail/comm_impl.hpp"
 
 #if !defined(KOKKOS_ENABLE_CUDA)
 #error "the NCCL backend needs Kokkos with the CUDA backend (KSHARD_ENABLE_NCCL implies a CUDA build)"

@@ -1,6 +1,6 @@
 // Built when kshard has no NCCL (host builds): asking for NCCL is a clear error.
+#include "../comm_impl.hpp"
 #include "kshard/error.hpp"
-#include "kshard/mesh/detail/comm_impl.hpp"
 
 namespace kshard::detail {
 

@@ -40,7 +40,9 @@
 #include "kshard/compat/kokkos.hpp"
 #include "kshard/dtype.hpp"
 #include "kshard/error.hpp"
-#include "kshard/mesh/detail/comm_impl.hpp"
+#include "kshard/mesh/backend.hpp"
+#include "kshard/mesh/detail/coll_args.hpp"
+#include "kshard/mesh/reduce_op.hpp"
 #include "kshard/mesh/request.hpp"
 #include "kshard/mesh/trace.hpp"
 
@@ -96,16 +98,14 @@ class Communicator {
   explicit Communicator(std::shared_ptr<detail::CommImpl> impl) : impl_(std::move(impl)) {}
 
   bool valid() const noexcept { return impl_ != nullptr; }
-  int rank() const { return impl().rank(); }
-  int size() const { return impl().size(); }
-  Backend backend() const { return impl().backend(); }
-  const std::string& name() const { return impl().name(); }
-  /// MPI communicator over the same ranks (for the NCCL backend: its control comm).
-  MPI_Comm mpi_comm() const { return impl().control(); }
-  void barrier() const { impl().barrier(); }
+  int rank() const;
+  int size() const;
+  Backend backend() const;
+  const std::string& name() const;
+  void barrier() const;
   /// Cross-rank agreement check before each collective (default on).
-  void set_validation(bool on) const { impl().set_validate(on); }
-  std::vector<TraceEntry> trace() const { return impl().trace().last(); }
+  void set_validation(bool on) const;
+  std::vector<TraceEntry> trace() const;
 
   /// recv.size() == send.size() * size(); rank r's block lands at r * send.size().
   template <class Send, class Recv>
@@ -152,10 +152,10 @@ class Communicator {
   }
 
   /// Sub-communicator of the ranks with the same color, ordered by key. Collective.
-  Communicator split(int color, int key, const std::string& name) const {
-    return Communicator(impl().split(color, key, name));
-  }
+  Communicator split(int color, int key, const std::string& name) const;
 
+  /// The backend behind this communicator (private to the mesh library:
+  /// declared, not defined, for users).
   detail::CommImpl& impl() const;
 
  private:

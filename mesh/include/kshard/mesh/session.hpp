@@ -13,7 +13,8 @@
 // ranks may share one GPU. world() is NCCL when kshard was built with NCCL and
 // every rank of a node has a GPU of its own, MPI otherwise; KSHARD_BACKEND=mpi
 // or =nccl overrides (nccl with shared GPUs is an error: NCCL needs one GPU per
-// rank). The NCCL communicator is created on first use.
+// rank). The NCCL communicator is created on first use. A constructor that
+// throws (e.g. an unknown backend) has undone what it set up, MPI included.
 #include <memory>
 #include <string>
 
@@ -63,6 +64,15 @@ class Session {
   /// Seconds MPI_Init, Kokkos initialisation and NCCL set-up took on this rank.
   double init_seconds() const noexcept { return init_s_; }
 
+  /// The job's exit code, the same on every rank: call it at the end of main
+  /// on every rank with this rank's code (0: success). Returns the largest
+  /// code over the ranks once all have called it. A rank that failed alone
+  /// may leave the others waiting in a collective that never completes; a
+  /// failing rank (code != 0) therefore waits at most `timeout_s` for the
+  /// others and then aborts the whole job with its code instead of hanging.
+  /// Ranks that succeeded wait without a limit (a slow peer is not a stuck one).
+  int agreed_exit_code(int code, double timeout_s = 10.0);
+
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_id_ = -1,
       device_sharers_ = 1;
@@ -72,6 +82,12 @@ class Session {
   Backend default_backend_ = Backend::mpi;
   Communicator mpi_world_;
   Communicator nccl_world_;
+  // A private duplicate of the world for agreed_exit_code(): its barrier
+  // cannot match a collective that some rank is stuck in.
+  Communicator exit_comm_;
+
+  void choose_backend(const SessionOptions& options, int ndev);
+  void tear_down() noexcept;
 };
 
 }  // namespace kshard

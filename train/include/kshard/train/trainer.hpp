@@ -115,10 +115,6 @@
 
 namespace kshard {
 
-namespace train_detail {
-class HostReducer;
-}
-
 struct TrainerOptions {
   std::int64_t batch = 8;  ///< sequences per rank per micro-batch
   std::int64_t seq = 32;   ///< tokens per sequence
@@ -238,7 +234,6 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<FusedAdam> adam_;
   DynamicLossScaler scaler_;
-  std::unique_ptr<train_detail::HostReducer> reducer_;
   std::int64_t step_ = 0, position_ = 0;
   int consecutive_skipped_ = 0;
   // One micro-batch on the device; all of a step's micro-batches on the host.

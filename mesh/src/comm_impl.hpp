@@ -1,7 +1,7 @@
 #pragma once
-// The backend interface behind kshard::Communicator. Backends (mpi/, nccl/)
-// implement it on raw buffers; Communicator's templates check Views and
-// forward here. Not part of the user-facing API.
+// Private: the backend interface behind kshard::Communicator. Backends (mpi/,
+// nccl/) implement it on raw buffers; Communicator's templates check Views and
+// forward here. Kept out of the public headers so that they need no <mpi.h>.
 #include <mpi.h>
 
 #include <cstddef>
@@ -9,33 +9,15 @@
 #include <string>
 
 #include "kshard/dtype.hpp"
+#include "kshard/mesh/backend.hpp"
+#include "kshard/mesh/detail/coll_args.hpp"
+#include "kshard/mesh/reduce_op.hpp"
 #include "kshard/mesh/request.hpp"
 #include "kshard/mesh/trace.hpp"
 
 namespace kshard {
 
-enum class ReduceOp { sum, avg, max, min };
-enum class Backend { mpi, nccl };
-const char* reduce_op_name(ReduceOp op) noexcept;
-const char* backend_name(Backend b) noexcept;
-
 namespace detail {
-
-enum class MemKind { host, device };
-enum class CollKind { all_gather, reduce_scatter, all_reduce, broadcast };
-
-/// A collective's arguments on this rank, as the backends see them.
-struct CollArgs {
-  const void* send = nullptr;
-  void* recv = nullptr;
-  std::size_t send_count = 0;  // elements
-  std::size_t recv_count = 0;  // elements
-  DType dtype = DType::f32;
-  MemKind mem = MemKind::host;
-  ReduceOp op = ReduceOp::sum;
-  int root = 0;
-  bool blocking = false;  // backends may use their faster blocking call
-};
 
 class CommImpl {
  public:
