@@ -2,7 +2,7 @@
 // bf16 GEMM's output as written? C is touched by nothing but the GEMM; a
 // plain kernel then reads all of it. With MARK set in the environment, C is
 // first declared initialized through NVTX's memory extension, as kshard does
-// after every library call (engine/src/kernels/cuda/sanitizer_marks.hpp).
+// after every library call (kernels/src/cuda/sanitizer_marks.hpp).
 //
 //   nvcc -O2 -arch=sm_90 -o sanitizer-probe ci/sanitizer-probe.cu -lcublasLt -ldl
 //   compute-sanitizer --tool initcheck --print-limit 1 ./sanitizer-probe          # H200: 32768 errors

@@ -4,7 +4,6 @@ include_guard(GLOBAL)
 include(KshardFindKokkos)
 
 find_package(MPI REQUIRED COMPONENTS CXX)
-find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)  # the asynchronous checkpoint writer
@@ -20,7 +19,7 @@ function(kshard_check_cuda_recipe)
   endif()
   if(NOT CMAKE_CXX_FLAGS MATCHES "-include[ =]*[^ ]*kshard/compat/cuda13_kokkos\\.hpp")
     message(FATAL_ERROR "kshard: Kokkos ${Kokkos_VERSION} with CUDA ${CUDAToolkit_VERSION} needs "
-      "'-include <kshard>/mesh/include/kshard/compat/cuda13_kokkos.hpp' in CMAKE_CXX_FLAGS "
+      "'-include <kshard>/core/include/kshard/compat/cuda13_kokkos.hpp' in CMAKE_CXX_FLAGS "
       "(CMAKE_CXX_FLAGS is '${CMAKE_CXX_FLAGS}'); use the cuda preset")
   endif()
   if(NOT CMAKE_CXX_COMPILER_LAUNCHER MATCHES "NVCC_APPEND_FLAGS=.*sm_90" OR
@@ -67,7 +66,7 @@ if(KSHARD_ENABLE_NCCL)
                         "the NCCL backend needs >= 2.10 (or configure with -DKSHARD_ENABLE_NCCL=OFF)")
   endif()
 endif()
-# cuDNN's fused attention (engine/src/cuda/flash_attention_cudnn.cpp) through
+# cuDNN's fused attention (kernels/src/cuda/flash_attention_cudnn.cpp) through
 # the header-only cuDNN frontend (ci/cudnn-frontend installs its headers into
 # .deps/cudnn-frontend). Optional: without it the bf16/f16 attention runs on
 # kshard's own tensor-core kernel.

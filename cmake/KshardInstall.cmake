@@ -1,10 +1,10 @@
-# Install + export: find_package(kshard CONFIG) gives kshard::mesh,
+# Install + export: find_package(kshard CONFIG) gives kshard::core, kshard::mesh, kshard::kernels,
 # kshard::engine, kshard::optim, kshard::checkpoint, kshard::train and kshard::testing (with
 # kshard_add_distributed_suite) to outside projects.
 include(CMakePackageConfigHelpers)
 
 set(KSHARD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kshard)
-set(_targets kshard_mesh kshard_engine kshard_optim kshard_checkpoint kshard_train kshard_unit_main)
+set(_targets kshard_core kshard_mesh kshard_kernels kshard_engine kshard_optim kshard_checkpoint kshard_train kshard_unit_main)
 if(TARGET kshard_testing)
   list(APPEND _targets kshard_testing)
 endif()

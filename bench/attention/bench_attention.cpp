@@ -41,7 +41,7 @@
 #include <Kokkos_Random.hpp>
 
 #include <kshard/engine/nn/attention.hpp>
-#include <kshard/engine/kernels/flash_attention.hpp>
+#include <kshard/kernels/flash_attention.hpp>
 #include <kshard/mesh/session.hpp>
 
 namespace {

@@ -29,10 +29,10 @@
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
 
-#include <kshard/engine/kernels/fp8_blockwise.hpp>
-#include <kshard/engine/kernels/fp8_gemm.hpp>
-#include <kshard/engine/kernels/fp8_tensor.hpp>
-#include <kshard/engine/kernels/gemm.hpp>
+#include <kshard/kernels/fp8_blockwise.hpp>
+#include <kshard/kernels/fp8_gemm.hpp>
+#include <kshard/kernels/fp8_tensor.hpp>
+#include <kshard/kernels/gemm.hpp>
 #include <kshard/engine/nn/linear.hpp>
 #include <kshard/mesh/session.hpp>
 

@@ -29,15 +29,15 @@ double since(Clock::time_point t0) {
 }  // namespace
 
 struct AsyncSaver::Impl {
-  ckpt::Snapshot snapshot;  // kept across saves
+  detail::Snapshot snapshot;  // kept across saves
   // The pending save (job set: pending).
-  std::optional<ckpt::SaveJob> job;
+  std::optional<detail::SaveJob> job;
   std::thread thread;
   // Set by the thread when it ends, after `error` and `local` (release /
   // acquire: the main thread reads them only once it sees done).
   std::atomic<bool> done{false};
   std::optional<Error> error;
-  ckpt::LocalWrite local;
+  detail::LocalWrite local;
   Clock::time_point started;
   double blocked = 0;  // seconds the caller spent in start() and in poll()s so far
 
@@ -60,7 +60,7 @@ AsyncSaver::AsyncSaver() : impl_(std::make_unique<Impl>()) {}
 AsyncSaver::~AsyncSaver() { impl_->join(); }
 
 void AsyncSaver::reserve(FsdpModel& model, const FusedAdam& optimizer) {
-  if (ckpt::writes_data(model.mesh())) impl_->snapshot.reserve(model, &optimizer);
+  if (detail::writes_data(model.mesh())) impl_->snapshot.reserve(model, &optimizer);
 }
 
 bool AsyncSaver::pending() const noexcept { return impl_->job.has_value(); }
@@ -83,7 +83,7 @@ void AsyncSaver::begin(const std::filesystem::path& save_dir, std::int64_t step,
   Impl& s = *impl_;
   const auto t0 = Clock::now();
   s.started = t0;
-  s.job = ckpt::begin_save(save_dir, step, model, optimizer, user_state, options);
+  s.job = detail::begin_save(save_dir, step, model, optimizer, user_state, options);
   // From here on a failure on one rank must not throw on that rank alone
   // (the others would go on into the next collective): it becomes this
   // rank's outcome of the write, which the next poll() or wait() agrees on.
@@ -94,9 +94,9 @@ void AsyncSaver::begin(const std::filesystem::path& save_dir, std::int64_t step,
     try {
       s.thread = std::thread([&s] {
         std::optional<Error> err;
-        ckpt::LocalWrite w;
+        detail::LocalWrite w;
         try {
-          err = run_local([&] { w = ckpt::write_local_file(*s.job, s.snapshot); });
+          err = run_local([&] { w = detail::write_local_file(*s.job, s.snapshot); });
         } catch (...) {  // run_local catches std::exception; anything else
           err = Error("the background checkpoint write failed with an unknown exception",
                       "no error");
@@ -141,7 +141,7 @@ std::optional<SaveInfo> AsyncSaver::finish(double blocked_before) {
   const auto t0 = Clock::now();
   s.join();
   try {
-    SaveInfo info = ckpt::finish_save(*s.job, s.error, s.local);
+    SaveInfo info = detail::finish_save(*s.job, s.error, s.local);
     info.seconds = since(s.started);
     info.blocked_seconds = s.blocked + blocked_before + since(t0);
     s.clear();

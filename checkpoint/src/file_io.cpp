@@ -10,7 +10,7 @@
 
 #include "kshard/error.hpp"
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 std::string errno_text(int err) {
   return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
@@ -141,4 +141,4 @@ void write_text_file(const std::filesystem::path& path, const std::string& text,
   f.close();
 }
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 class File {
  public:
@@ -49,4 +49,4 @@ std::string read_text_file(const std::filesystem::path& path);
 /// Writes a whole file and fsyncs it (when sync).
 void write_text_file(const std::filesystem::path& path, const std::string& text, bool sync);
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

@@ -243,7 +243,7 @@ Manifest Manifest::from_json(const json& j, const std::string& source) {
 }
 
 Manifest read_manifest(const std::filesystem::path& file) {
-  const std::string text = ckpt::read_text_file(file);
+  const std::string text = detail::read_text_file(file);
   json j;
   try {
     j = json::parse(text);

@@ -2,7 +2,7 @@
 
 #include "kshard/error.hpp"
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 void check_optimizer_matches(FsdpModel& model, const FusedAdam& opt) {
   const std::string expected =
@@ -60,4 +60,4 @@ std::string full_name(const ShardedGroup& group, std::size_t param) {
   return group.name() + "." + group.index().entry(param).name;
 }
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

@@ -13,7 +13,7 @@
 #include "kshard/optim/fused_adam.hpp"
 #include "save_stages.hpp"
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 /// The tensors saved per parameter, in file order.
 inline const char* const kTensorKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
@@ -48,4 +48,4 @@ class LiveShards final : public HostShards {
 /// "layers.1.attn.qkv.weight".
 std::string full_name(const ShardedGroup& group, std::size_t param);
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

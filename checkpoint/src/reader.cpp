@@ -29,7 +29,7 @@ namespace kshard {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace ckpt {
+namespace detail {
 namespace {
 
 std::string shape_text(const std::vector<std::int64_t>& s) {
@@ -306,14 +306,14 @@ LoadInfo load(const fs::path& dir, FsdpModel& model, FusedAdam* opt) {
 }
 
 }  // namespace
-}  // namespace ckpt
+}  // namespace detail
 
 LoadInfo load_checkpoint(const fs::path& path, FsdpModel& model, FusedAdam& optimizer) {
-  return ckpt::load(path, model, &optimizer);
+  return detail::load(path, model, &optimizer);
 }
 
 LoadInfo load_checkpoint(const fs::path& path, FsdpModel& model) {
-  return ckpt::load(path, model, nullptr);
+  return detail::load(path, model, nullptr);
 }
 
 std::optional<LoadInfo> load_latest_checkpoint(const fs::path& save_dir, FsdpModel& model,
@@ -323,12 +323,12 @@ std::optional<LoadInfo> load_latest_checkpoint(const fs::path& save_dir, FsdpMod
   // -1: none. Ranks that see different checkpoints (a file system that is not
   // shared, or one still catching up) must not load different steps.
   std::int64_t step = -1;
-  if (latest) step = ckpt::step_of(*latest).value_or(-1);
+  if (latest) step = detail::step_of(*latest).value_or(-1);
   agree_same(world, "loading the latest checkpoint in '" + save_dir.string() + "'",
              {{"the latest step (-1: none)", step}},
              "one save directory that every rank sees alike");
   if (step < 0) return std::nullopt;
-  return ckpt::load(*latest, model, &optimizer);
+  return detail::load(*latest, model, &optimizer);
 }
 
 }  // namespace kshard

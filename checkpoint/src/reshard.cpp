@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 std::vector<ReadOp> plan_reads(const std::vector<SavedPiece>& pieces, std::int64_t begin,
                                std::int64_t count, std::int64_t elem_size,
@@ -31,4 +31,4 @@ std::vector<ReadOp> plan_reads(const std::vector<SavedPiece>& pieces, std::int64
   return ops;
 }
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

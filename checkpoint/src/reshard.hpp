@@ -9,7 +9,7 @@
 
 #include "kshard/checkpoint/manifest.hpp"
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 struct ReadOp {
   const SavedPiece* piece = nullptr;
@@ -28,4 +28,4 @@ std::vector<ReadOp> plan_reads(const std::vector<SavedPiece>& pieces, std::int64
                                std::int64_t count, std::int64_t elem_size,
                                std::int64_t crc_block_bytes);
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

@@ -120,7 +120,7 @@ SafetensorsHeader read_safetensors_header(const fs::path& file) {
   const std::string src = "safetensors file '" + file.string() + "'";
   const std::string expected = "a safetensors file (8-byte header length, JSON header, data)";
   auto bad = [&](const std::string& what) { st_fail(src + " " + what, expected); };
-  ckpt::File f = ckpt::File::open_read(file);
+  detail::File f = detail::File::open_read(file);
   SafetensorsHeader h;
   h.file_bytes = f.size();
   if (h.file_bytes < 8) bad("is " + std::to_string(h.file_bytes) + " bytes, shorter than the 8-byte header length");
@@ -222,12 +222,12 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');
   const std::int64_t data_start = std::int64_t(8 + text.size());
 
-  std::optional<ckpt::File> out;
+  std::optional<detail::File> out;
   run_agreed(world, [&] {
     if (dtype != DType::f32 && dtype != DType::bf16)
       throw Error(std::string("export_safetensors in ") + dtype_name(dtype), "DType::f32 or DType::bf16");
     if (root) {
-      out.emplace(ckpt::File::create(tmp));
+      out.emplace(detail::File::create(tmp));
       unsigned char len[8];
       put_u64_le(len, text.size());
       out->pwrite_all(len, 8, 0);
@@ -267,7 +267,7 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
     out->sync();
     out->close();
     fs::rename(tmp, file);
-    ckpt::fsync_directory(fs::absolute(file).parent_path());
+    detail::fsync_directory(fs::absolute(file).parent_path());
   }));
 }
 
@@ -313,7 +313,7 @@ void import_safetensors(FsdpModel& model, const fs::path& file) {
 
   std::vector<std::vector<float>> staging(model.num_units());
   run_agreed(world, [&] {
-    ckpt::File f = ckpt::File::open_read(file);
+    detail::File f = detail::File::open_read(file);
     std::vector<char> buf;
     for (std::size_t u = 0; u < model.num_units(); ++u) {
       const ShardedGroup& g = model.group(u);

@@ -23,7 +23,7 @@ fs::path checkpoint_path(const fs::path& save_dir, std::int64_t step) {
   return save_dir / buf;
 }
 
-namespace ckpt {
+namespace detail {
 
 fs::path temporary_path(const fs::path& save_dir, std::int64_t step) {
   return save_dir / (kTmpPrefix + checkpoint_path(save_dir, step).filename().string());
@@ -54,13 +54,13 @@ void prune(const fs::path& save_dir, int keep) {
   for (std::size_t i = 0; i + std::size_t(keep) < all.size(); ++i) fs::remove_all(all[i], ec);
 }
 
-}  // namespace ckpt
+}  // namespace detail
 
 std::vector<fs::path> list_checkpoints(const fs::path& save_dir) {
   std::vector<std::pair<std::int64_t, fs::path>> found;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(save_dir, ec)) {
-    const auto step = ckpt::step_of(e.path());
+    const auto step = detail::step_of(e.path());
     if (!step || !e.is_directory(ec)) continue;
     // Complete = its manifest reads and validates (written last, before the
     // rename; data files are verified by load).

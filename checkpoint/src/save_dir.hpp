@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <optional>
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 /// ".tmp-step-0000000042": where a save of that step is written before the rename.
 std::filesystem::path temporary_path(const std::filesystem::path& save_dir, std::int64_t step);
@@ -15,4 +15,4 @@ std::optional<std::int64_t> step_of(const std::filesystem::path& name);
 /// temporary directories of interrupted saves (rank 0, after a commit).
 void prune(const std::filesystem::path& save_dir, int keep);
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

@@ -26,7 +26,7 @@
 #include "kshard/error.hpp"
 #include "kshard/mesh/communicator.hpp"
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 /// One piece this rank writes: elements [start, start + count) of parameter
 /// `param` of `unit`, tensor `kind`, at `offset` of its file.
@@ -100,4 +100,4 @@ LocalWrite write_local_file(const SaveJob& job, HostShards& shards);
 SaveInfo finish_save(const SaveJob& job, const std::optional<Error>& local_error,
                      const LocalWrite& local);
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 namespace {
 
 /// dst holds src's size, (re)allocated only when its size differs.
@@ -69,4 +69,4 @@ std::size_t Snapshot::bytes() const {
   return n;
 }
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

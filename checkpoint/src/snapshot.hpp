@@ -18,7 +18,7 @@
 #include "kshard/optim/fused_adam.hpp"
 #include "save_stages.hpp"
 
-namespace kshard::ckpt {
+namespace kshard::detail {
 
 class Snapshot final : public HostShards {
  public:
@@ -51,4 +51,4 @@ class Snapshot final : public HostShards {
   std::vector<Unit> units_;
 };
 
-}  // namespace kshard::ckpt
+}  // namespace kshard::detail

@@ -36,7 +36,7 @@ namespace kshard {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace ckpt {
+namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -327,17 +327,17 @@ SaveInfo save(const fs::path& save_dir, std::int64_t step, FsdpModel& model, con
 }
 
 }  // namespace
-}  // namespace ckpt
+}  // namespace detail
 
 SaveInfo save_checkpoint(const fs::path& save_dir, std::int64_t step, FsdpModel& model,
                          const FusedAdam& optimizer, const json& user_state,
                          const SaveOptions& options) {
-  return ckpt::save(save_dir, step, model, &optimizer, user_state, options);
+  return detail::save(save_dir, step, model, &optimizer, user_state, options);
 }
 
 SaveInfo save_checkpoint(const fs::path& save_dir, std::int64_t step, FsdpModel& model,
                          const json& user_state, const SaveOptions& options) {
-  return ckpt::save(save_dir, step, model, nullptr, user_state, options);
+  return detail::save(save_dir, step, model, nullptr, user_state, options);
 }
 
 }  // namespace kshard

@@ -9,7 +9,7 @@
 
 #include "comm_impl.hpp"
 #include "device.hpp"
-#include "kshard/mesh/memory_tracker.hpp"
+#include "kshard/core/memory_tracker.hpp"
 #include "mpi/mpi_types.hpp"
 
 namespace kshard {

@@ -19,7 +19,7 @@
 namespace kshard {
 namespace {
 
-using namespace optim_detail;
+using namespace detail;
 
 /// Marks "no model-parameter copy" in the kernel's template arguments.
 struct NoModel {};

@@ -9,7 +9,7 @@
 namespace kshard {
 namespace {
 
-using namespace optim_detail;
+using namespace detail;
 
 /// Scratch of the device statistics, kept between calls (clipping runs every
 /// step; a fresh device allocation each time would cost more than the

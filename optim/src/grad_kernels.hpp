@@ -19,7 +19,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace kshard::optim_detail {
+namespace kshard::detail {
 
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
@@ -271,4 +271,4 @@ struct ScaleInPlace {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { g(i) *= s; }
 };
 
-}  // namespace kshard::optim_detail
+}  // namespace kshard::detail

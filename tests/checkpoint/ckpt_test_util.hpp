@@ -25,7 +25,7 @@
 #include "kshard/engine/fsdp/fsdp_model.hpp"
 #include "kshard/engine/nn/layer_norm.hpp"
 #include "kshard/engine/nn/linear.hpp"
-#include "kshard/engine/fsdp/loss_scaler.hpp"
+#include "kshard/optim/loss_scaler.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/mesh/agree.hpp"
 #include "kshard/mesh/device_mesh.hpp"

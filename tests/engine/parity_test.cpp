@@ -21,7 +21,7 @@
 #include <kshard/engine/nn/layer_norm_linear.hpp>
 #include <kshard/engine/nn/layer_norm_mlp.hpp>
 #include <kshard/engine/nn/linear.hpp>
-#include <kshard/engine/fsdp/loss_scaler.hpp>
+#include <kshard/optim/loss_scaler.hpp>
 #include <kshard/engine/nn/transformer_layer.hpp>
 #include <kshard/optim/fused_adam.hpp>
 

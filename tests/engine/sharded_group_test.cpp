@@ -11,7 +11,7 @@
 
 #include <kshard/engine/nn/init.hpp>
 #include <kshard/engine/fsdp/sharded_group.hpp>
-#include <kshard/mesh/memory_tracker.hpp>
+#include <kshard/core/memory_tracker.hpp>
 #include <kshard/numeric/convert.hpp>
 
 namespace kt = kshard::testing;

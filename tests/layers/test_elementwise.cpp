@@ -13,8 +13,8 @@
 #include <random>
 #include <utility>
 
-#include "kshard/engine/kernels/cast.hpp"
-#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/kernels/cast.hpp"
+#include "kshard/kernels/gelu.hpp"
 #include "kshard/engine/nn/layer.hpp"
 #include "layer_test_util.hpp"
 

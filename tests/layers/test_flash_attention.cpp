@@ -42,7 +42,7 @@
 
 #include "kshard/compat/kokkos.hpp"
 #include "kshard/engine/nn/attention.hpp"
-#include "kshard/engine/kernels/flash_attention.hpp"
+#include "kshard/kernels/flash_attention.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
 

@@ -18,10 +18,10 @@
 #include <random>
 
 #include "kshard/engine/fsdp/recipe.hpp"
-#include "kshard/engine/kernels/fp8_blockwise.hpp"
-#include "kshard/engine/kernels/fp8_gemm.hpp"
-#include "kshard/engine/kernels/fp8_tensor.hpp"
-#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/kernels/fp8_blockwise.hpp"
+#include "kshard/kernels/fp8_gemm.hpp"
+#include "kshard/kernels/fp8_tensor.hpp"
+#include "kshard/kernels/gelu.hpp"
 #include "kshard/engine/nn/layer_norm.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"

@@ -6,7 +6,7 @@
 
 #include <limits>
 
-#include "kshard/engine/kernels/gemm.hpp"
+#include "kshard/kernels/gemm.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
 

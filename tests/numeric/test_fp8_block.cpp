@@ -1,4 +1,4 @@
-// kshard/engine/kernels/fp8_block.hpp against a scalar reference written here from
+// kshard/kernels/fp8_block.hpp against a scalar reference written here from
 // the documented recipe: power-of-two scale = smallest 2^k (k >= -126) with
 // amax <= finite_max * 2^k, found by a plain loop over k in exact double
 // arithmetic; q = nearest fp8 value of x / scale by the reference model's
@@ -21,7 +21,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "checker.hpp"
-#include "kshard/engine/kernels/fp8_block.hpp"
+#include "kshard/kernels/fp8_block.hpp"
 #include "kshard/error.hpp"
 #include "fp8_reference.hpp"
 

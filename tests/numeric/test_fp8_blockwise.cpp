@@ -1,4 +1,4 @@
-// kshard/engine/kernels/fp8_blockwise.hpp (1x128 and 128x128 block-scaled
+// kshard/kernels/fp8_blockwise.hpp (1x128 and 128x128 block-scaled
 // E4M3 casts, the operands of the fp8-block recipe's GEMMs) against the
 // scalar reference of fp8_reference.hpp applied block by block: q and qt bit
 // for bit, every scale in the documented layout (the 128x128 grid's padding
@@ -18,8 +18,8 @@
 #include "checker.hpp"
 #include "fp8_reference.hpp"
 #include "fp8_test_io.hpp"
-#include "kshard/engine/kernels/fp8_blockwise.hpp"
-#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/kernels/fp8_blockwise.hpp"
+#include "kshard/kernels/gelu.hpp"
 #include "kshard/error.hpp"
 
 using namespace kshard_test;

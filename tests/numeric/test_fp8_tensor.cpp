@@ -1,4 +1,4 @@
-// kshard/engine/kernels/fp8_tensor.hpp (per-tensor scaled fp8 casts) against
+// kshard/kernels/fp8_tensor.hpp (per-tensor scaled fp8 casts) against
 // the scalar reference of fp8_reference.hpp with the whole tensor as one
 // block: q bit for bit, the transposed copy, the scale and the amax, for both
 // formats, tile-straddling shapes, special values, and the delayed-scaling
@@ -20,8 +20,8 @@
 #include "checker.hpp"
 #include "fp8_reference.hpp"
 #include "fp8_test_io.hpp"
-#include "kshard/engine/kernels/fp8_tensor.hpp"
-#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/kernels/fp8_tensor.hpp"
+#include "kshard/kernels/gelu.hpp"
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
 

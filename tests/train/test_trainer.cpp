@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include <kshard/engine/fsdp/loss_scaler.hpp>
+#include <kshard/optim/loss_scaler.hpp>
 #include <kshard/optim/fused_adam.hpp>
 #include <kshard/train/trainer.hpp>
 

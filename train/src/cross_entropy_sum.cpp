@@ -3,7 +3,7 @@
 #include "kshard/compat/kokkos.hpp"
 #include "kshard/error.hpp"
 
-namespace kshard::train_detail {
+namespace kshard::detail {
 
 double cross_entropy_sum(Kokkos::View<const float*> logits, std::int64_t rows, std::int64_t vocab,
                          Kokkos::View<const std::int32_t*> targets) {
@@ -30,4 +30,4 @@ double cross_entropy_sum(Kokkos::View<const float*> logits, std::int64_t rows, s
   return total;
 }
 
-}  // namespace kshard::train_detail
+}  // namespace kshard::detail

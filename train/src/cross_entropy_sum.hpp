@@ -4,7 +4,7 @@
 
 #include <Kokkos_Core.hpp>
 
-namespace kshard::train_detail {
+namespace kshard::detail {
 
 /// Sum over the rows whose target is >= 0 of the softmax cross-entropy
 /// log(sum_c exp(logits[r, c])) - logits[r, target[r]] of f32 logits
@@ -15,4 +15,4 @@ namespace kshard::train_detail {
 double cross_entropy_sum(Kokkos::View<const float*> logits, std::int64_t rows, std::int64_t vocab,
                          Kokkos::View<const std::int32_t*> targets);
 
-}  // namespace kshard::train_detail
+}  // namespace kshard::detail

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "kshard/mesh/agree.hpp"
-#include "device_memory.hpp"
+#include "kshard/core/device_memory.hpp"
 #include "kshard/engine/fsdp/param_index.hpp"
 #include "kshard/error.hpp"
 #include "kshard/mesh/session.hpp"
@@ -70,7 +70,7 @@ MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Rec
 }
 
 double available_memory_per_rank() {
-  const double bytes = train_detail::available_device_bytes();
+  const double bytes = memory::available_device_bytes();
   if (bytes <= 0) return 0;
   int sharers = 1;
   if (Session::active()) {

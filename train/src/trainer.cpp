@@ -192,7 +192,7 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
     model_.forward_chunks(ids_, shape,
                           [&](std::int64_t r0, std::int64_t n, Kokkos::View<const float*> logits) {
                             const std::int64_t vocab = std::int64_t(logits.extent(0)) / n;
-                            sum += train_detail::cross_entropy_sum(
+                            sum += detail::cross_entropy_sum(
                                 logits, n, vocab,
                                 Kokkos::subview(targets_, std::make_pair(r0, r0 + n)));
                           });

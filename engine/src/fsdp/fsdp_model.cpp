@@ -4,13 +4,13 @@
 #include <functional>
 #include <type_traits>
 
-#include "kshard/engine/kernels/cast.hpp"
-#include "kshard/engine/kernels/fp8_gemm.hpp"
+#include "kshard/kernels/cast.hpp"
+#include "kshard/kernels/fp8_gemm.hpp"
 #include "kshard/engine/nn/chunked_cross_entropy.hpp"
 #include "kshard/engine/nn/embedding.hpp"
 #include "kshard/engine/nn/loss.hpp"
 #include "kshard/error.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/core/buffer_pool.hpp"
 
 namespace kshard {
 namespace detail {

@@ -1,6 +1,6 @@
 #include "kshard/engine/fsdp/sharded_group.hpp"
 
-#include "kshard/engine/kernels/cast.hpp"
+#include "kshard/kernels/cast.hpp"
 #include "kshard/engine/nn/init.hpp"
 #include "kshard/error.hpp"
 #include "wire_format.hpp"

@@ -30,8 +30,8 @@
 #include "kshard/engine/fsdp/low_precision_shard.hpp"
 #include "kshard/engine/fsdp/param_index.hpp"
 #include "kshard/engine/fsdp/recipe.hpp"
-#include "kshard/engine/kernels/cast.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/kernels/cast.hpp"
+#include "kshard/core/buffer_pool.hpp"
 #include "kshard/mesh/communicator.hpp"
 
 namespace kshard::detail {

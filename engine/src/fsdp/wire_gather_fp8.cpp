@@ -8,7 +8,7 @@
 // it is.
 #include "wire_format.hpp"
 
-#include "kshard/engine/kernels/fp8_block.hpp"
+#include "kshard/kernels/fp8_block.hpp"
 
 namespace kshard::detail {
 namespace {

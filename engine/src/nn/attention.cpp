@@ -9,8 +9,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kshard/engine/kernels/flash_attention.hpp"
-#include "kshard/engine/kernels/gemm.hpp"
+#include "kshard/kernels/flash_attention.hpp"
+#include "kshard/kernels/gemm.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {

@@ -4,10 +4,10 @@
 #include <string>
 #include <utility>
 
-#include "../kernels/cross_entropy_rows.hpp"
+#include "kshard/kernels/cross_entropy_rows.hpp"
 #include "cross_entropy_parts.hpp"
 #include "kshard/error.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/core/buffer_pool.hpp"
 
 namespace kshard {
 
@@ -70,7 +70,7 @@ void chunked_cross_entropy_async(Layer<T>& head, Kokkos::View<const T*> x, ActSh
   head.release();
   detail::loss::mean_loss(row_loss, result);
   // Both blocks go back to the pool with the kernels queued: later users are
-  // ordered after them on the one stream (kshard/mesh/buffer_pool.hpp).
+  // ordered after them on the one stream (kshard/core/buffer_pool.hpp).
 }
 
 #define KSHARD_CHUNKED_CE_INSTANTIATE(T, Target)                                           \

@@ -1,5 +1,5 @@
 #include "kshard/engine/nn/embedding.hpp"
-#include "kshard/engine/kernels/cast.hpp"
+#include "kshard/kernels/cast.hpp"
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kshard/error.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/core/buffer_pool.hpp"
 
 namespace kshard {
 

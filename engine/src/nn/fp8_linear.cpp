@@ -1,6 +1,6 @@
 #include "fp8_linear.hpp"
 
-#include "kshard/engine/kernels/fp8_blockwise.hpp"
+#include "kshard/kernels/fp8_blockwise.hpp"
 #include "kshard/engine/nn/layer.hpp"
 
 namespace kshard::detail {

@@ -33,8 +33,8 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "kshard/engine/kernels/fp8_gemm.hpp"
-#include "kshard/engine/kernels/fp8_tensor.hpp"
+#include "kshard/kernels/fp8_gemm.hpp"
+#include "kshard/kernels/fp8_tensor.hpp"
 #include "kshard/engine/nn/fp8_policy.hpp"
 
 namespace kshard::detail {

@@ -1,5 +1,5 @@
 #include "kshard/engine/nn/gelu.hpp"
-#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/kernels/gelu.hpp"
 
 #include "kshard/error.hpp"
 

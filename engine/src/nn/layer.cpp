@@ -3,9 +3,9 @@
 
 #include <string>
 
-#include "kshard/engine/kernels/cast.hpp"
-#include "kshard/engine/kernels/gemm.hpp"
-#include "../kernels/elementwise_stream.hpp"
+#include "kshard/kernels/cast.hpp"
+#include "kshard/kernels/gemm.hpp"
+#include "kshard/kernels/elementwise_stream.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {

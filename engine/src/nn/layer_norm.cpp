@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kshard/error.hpp"
-#include "../kernels/layer_norm_rows.hpp"
+#include "kshard/kernels/layer_norm_rows.hpp"
 
 namespace kshard {
 

@@ -1,6 +1,6 @@
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 
-#include "kshard/engine/kernels/gelu.hpp"
+#include "kshard/kernels/gelu.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {

@@ -1,8 +1,8 @@
 #include "kshard/engine/nn/linear.hpp"
 
-#include "kshard/engine/kernels/gelu.hpp"
-#include "kshard/engine/kernels/gemm.hpp"
-#include "../kernels/linear_epilogue.hpp"
+#include "kshard/kernels/gelu.hpp"
+#include "kshard/kernels/gemm.hpp"
+#include "kshard/kernels/linear_epilogue.hpp"
 #include "fp8_linear.hpp"
 #include "kshard/error.hpp"
 

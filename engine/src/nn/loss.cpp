@@ -6,8 +6,8 @@
 
 #include "kshard/engine/nn/layer.hpp"
 #include "kshard/error.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
-#include "../kernels/cross_entropy_rows.hpp"
+#include "kshard/core/buffer_pool.hpp"
+#include "kshard/kernels/cross_entropy_rows.hpp"
 #include "cross_entropy_parts.hpp"
 
 namespace kshard {
@@ -153,7 +153,7 @@ void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
   row_losses<T, Target>(logits, rows, vocab, targets, dlogits, grad_scale, result, row_loss);
   mean_loss(row_loss, result);
   // The row buffer goes back to the pool with the kernels queued: later users
-  // are ordered after them (kshard/mesh/buffer_pool.hpp).
+  // are ordered after them (kshard/core/buffer_pool.hpp).
 }
 
 }  // namespace detail::loss

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kshard/mesh/memory_tracker.hpp"
+#include "kshard/core/memory_tracker.hpp"
 #include "kshard/mesh/trace.hpp"
 #include "kshard/testing/collective_check.hpp"
 #include "kshard/testing/context.hpp"

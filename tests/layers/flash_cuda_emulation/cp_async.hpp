@@ -1,5 +1,5 @@
 #pragma once
-// The host emulation's stand-in for engine/src/kernels/cuda/cp_async.hpp
+// The host emulation's stand-in for kernels/src/cuda/cp_async.hpp
 // (found first on the include path): the same names, copying synchronously.
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // Driver of the host emulation (see run.sh): runs the tensor-core path (bf16,
-// f16) and the exact-f32 path (float) of engine/src/kernels/cuda/ through the
+// f16) and the exact-f32 path (float) of kernels/src/cuda/ through the
 // backend entry points on host memory and compares ctx, lse and dq/dk/dv with
 // a naive double reference on the same inputs (same tolerances as
 // tests/layers/test_flash_attention.cpp).
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 #include <random>
-#include "kshard/engine/kernels/flash_attention.hpp"
+#include "kshard/kernels/flash_attention.hpp"
 #include "kshard/error.hpp"
 
 namespace kshard {

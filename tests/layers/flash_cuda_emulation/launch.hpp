@@ -1,5 +1,5 @@
 #pragma once
-// The host emulation's stand-in for engine/src/kernels/cuda/launch.hpp (found
+// The host emulation's stand-in for kernels/src/cuda/launch.hpp (found
 // first on the include path): the same two functions, launching through
 // emu_launch (shim.hpp) instead of <<<...>>>.
 #include <cstddef>

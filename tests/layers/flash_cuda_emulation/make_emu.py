@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites engine/src/kernels/cuda/flash_attention_cuda.cpp (or flash_attention_f32_cuda.cpp)
+"""Rewrites kernels/src/cuda/flash_attention_cuda.cpp (or flash_attention_f32_cuda.cpp)
 into plain C++ for the host emulation: the CUDA headers go, the PTX wrappers (from '// --- PTX wrappers' to
 the next '// --- ' section) are replaced by prims.inc, kernel launches <<<...>>>
 become emu_launch(...). The kernels themselves are used verbatim.

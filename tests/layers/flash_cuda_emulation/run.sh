@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the CUDA tensor-core fused-attention kernels (engine/src/kernels/cuda/
+# Runs the CUDA tensor-core fused-attention kernels (kernels/src/cuda/
 # flash_attention_cuda.cpp, verbatim) on the host, without a GPU: every CUDA
 # thread is a std::thread, __syncthreads and the warp-collective instructions
 # (shfl, ldmatrix, mma.sync m16n8k16) are emulated with their documented
@@ -24,10 +24,10 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
 OUT="$REPO/build/flash-emu"
 mkdir -p "$OUT"
-python3 "$HERE/make_emu.py" "$REPO/engine/src/kernels/cuda/flash_attention_cuda.cpp" "$OUT/fa_emu.cpp"
-python3 "$HERE/make_emu.py" "$REPO/engine/src/kernels/cuda/flash_attention_f32_cuda.cpp" "$OUT/fa_f32_emu.cpp"
+python3 "$HERE/make_emu.py" "$REPO/kernels/src/cuda/flash_attention_cuda.cpp" "$OUT/fa_emu.cpp"
+python3 "$HERE/make_emu.py" "$REPO/kernels/src/cuda/flash_attention_f32_cuda.cpp" "$OUT/fa_f32_emu.cpp"
 KOKKOS_INC=${KOKKOS_INC:-/usr/include/trilinos}
-g++ -std=c++17 -O1 -w -include "$HERE/shim.hpp" -I"$REPO/engine/include" -I"$REPO/mesh/include" \
-  -I"$HERE" -I"$REPO/engine/src/kernels/cuda" -isystem "$KOKKOS_INC" \
+g++ -std=c++17 -O1 -w -include "$HERE/shim.hpp" -I"$REPO/kernels/include" -I"$REPO/core/include" \
+  -I"$HERE" -I"$REPO/kernels/src/cuda" -isystem "$KOKKOS_INC" \
   "$OUT/fa_emu.cpp" "$OUT/fa_f32_emu.cpp" "$HERE/driver.cpp" -o "$OUT/flash-emu" -lpthread
 "$OUT/flash-emu" "$@"

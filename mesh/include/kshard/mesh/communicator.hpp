@@ -29,7 +29,7 @@
 //  - Buffers: a buffer the collective reads or writes must stay allocated and
 //    untouched by later kernels until the request is completed (either wait);
 //    memory given back after that may be reused by any kernel or collective
-//    launched later (see kshard/mesh/buffer_pool.hpp).
+//    launched later (see kshard/core/buffer_pool.hpp).
 #include <memory>
 #include <string>
 #include <type_traits>

@@ -105,7 +105,7 @@
 #include "kshard/checkpoint/async_save.hpp"
 #include "kshard/checkpoint/checkpoint.hpp"
 #include "kshard/engine/fsdp/fsdp_model.hpp"
-#include "kshard/engine/fsdp/loss_scaler.hpp"
+#include "kshard/optim/loss_scaler.hpp"
 #include "kshard/error.hpp"
 #include "kshard/optim/fused_adam.hpp"
 #include "kshard/optim/lr_schedule.hpp"

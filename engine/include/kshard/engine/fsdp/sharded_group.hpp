@@ -22,7 +22,7 @@
 // Views into it, no upcast copy); fp8 gathers its packed bytes and
 // dequantizes them into a bf16 compute buffer. During backward it holds the
 // f32 unsharded gradient buffer (layers write f32 gradients). All of these
-// unsharded buffers come from the buffer pool (kshard/mesh/buffer_pool.hpp),
+// unsharded buffers come from the buffer pool (kshard/core/buffer_pool.hpp),
 // so a steady-state step allocates no device memory. HSDP (2-D mesh):
 // gradients are reduce-scattered over the shard dimension, then all-reduced
 // (avg) over the replicate one.
@@ -39,11 +39,11 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "kshard/engine/kernels/cast.hpp"
+#include "kshard/kernels/cast.hpp"
 #include "kshard/engine/fsdp/low_precision_shard.hpp"
 #include "kshard/engine/fsdp/param_index.hpp"
 #include "kshard/engine/fsdp/recipe.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/core/buffer_pool.hpp"
 #include "kshard/mesh/device_mesh.hpp"
 
 namespace kshard {

@@ -28,7 +28,7 @@
 // shapes stay bf16. Bias,
 // GELU, attention's softmax core, LayerNorm, the loss and the optimizer are
 // not fp8 (TE's defaults).
-#include "kshard/engine/kernels/fp8_tensor.hpp"
+#include "kshard/kernels/fp8_tensor.hpp"
 
 namespace kshard {
 

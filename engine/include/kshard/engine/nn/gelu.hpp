@@ -2,7 +2,7 @@
 // GELU, tanh approximation (PyTorch's approximate="tanh", GPT-2's):
 //   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // No parameters; in_features == out_features == features. The kernels are
-// kshard/engine/kernels/gelu.hpp.
+// kshard/kernels/gelu.hpp.
 //
 //   kshard::Gelu<float> act(3072);
 //   act.forward(h, {batch, seq, 3072}, {}, g);

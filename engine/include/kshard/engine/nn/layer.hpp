@@ -60,7 +60,7 @@
 
 #include "kshard/engine/nn/fp8_policy.hpp"
 #include "kshard/engine/nn/init.hpp"
-#include "kshard/mesh/buffer_pool.hpp"
+#include "kshard/core/buffer_pool.hpp"
 #include "kshard/numeric/compute.hpp"
 
 namespace kshard {

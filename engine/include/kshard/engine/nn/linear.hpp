@@ -9,7 +9,7 @@
 // Backward: dx = dy W, dW += dy^T x, db += column sums of dy: three GEMMs.
 #include <memory>
 
-#include "kshard/engine/kernels/fp8_gemm.hpp"
+#include "kshard/kernels/fp8_gemm.hpp"
 #include "kshard/engine/nn/layer.hpp"
 
 namespace kshard {
