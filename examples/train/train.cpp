@@ -490,11 +490,12 @@ int run(kshard::Session& session, int argc, char** argv) {
     if (const auto si = trainer.wait_for_save()) saved(*si);
 
   const kshard::FusedAdam& adam = trainer.optimizer();
-  const double persistent = double(model.persistent_bytes());
+  const kshard::MemoryFootprint footprint = model.memory_footprint();
+  const double persistent = double(footprint.persistent_bytes);
   const double optimizer = double(optimizer_state_bytes(adam));
   const auto mem = reducer.run({persistent, optimizer, persistent + optimizer, live_between},
                                kshard::ReduceOp::max);
-  const double unit = double(model.max_unit_bytes());
+  const double unit = double(footprint.max_unit_bytes);
   const double sharded = 16.0 * double(params) / shard_n;
   const double bound = sharded + unit;
   const double tps_mean = tps_count ? tps_sum / tps_count : 0;

@@ -244,11 +244,11 @@ struct AdamUpdateHost {
 
 template <class M, class P>
 void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*>& grad,
-                   M* m, M* v, void* model, const AdamCoefs& c) {
+                   M* m, M* v, P* model, const AdamCoefs& c) {
   const auto n = std::int64_t(master.size());
   if constexpr (is_host_exec_v<ExecSpace>) {
     if (!portable_kernels()) {
-      AdamUpdateHost<M, P> k{master.data(), grad.data(), m, v, static_cast<P*>(model), n, c};
+      AdamUpdateHost<M, P> k{master.data(), grad.data(), m, v, model, n, c};
       Kokkos::parallel_for("kshard.optim.adam_update", Range(0, host_blocks(n)), k);
       return;
     }
@@ -258,19 +258,19 @@ void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*
              aligned(v, wide);
   if constexpr (!std::is_same_v<P, NoModel>) vec = vec && aligned(model, 8);
   const std::int64_t quads = vec ? n / 4 : 0;
-  AdamUpdate<M, P> k{master.data(), grad.data(), m, v, static_cast<P*>(model), quads, c};
+  AdamUpdate<M, P> k{master.data(), grad.data(), m, v, model, quads, c};
   Kokkos::parallel_for("kshard.optim.adam_update", Range(0, n - 3 * quads), k);
 }
 
 template <class M>
 void launch_update(const Kokkos::View<float*>& master, const Kokkos::View<float*>& grad,
                    M* m, M* v, const LowPrecisionShard& model, const AdamCoefs& c) {
-  if (!model.present)
+  if (!model.present())
     launch_update<M, NoModel>(master, grad, m, v, nullptr, c);
-  else if (model.dtype == DType::bf16)
-    launch_update<M, bfloat16_t>(master, grad, m, v, model.data, c);
+  else if (model.dtype() == DType::bf16)
+    launch_update<M, bfloat16_t>(master, grad, m, v, model.bf16().data(), c);
   else
-    launch_update<M, float16_t>(master, grad, m, v, model.data, c);
+    launch_update<M, float16_t>(master, grad, m, v, model.f16().data(), c);
 }
 
 /// Every rank learns whether some rank found a bad argument (agree_ok: that
@@ -341,16 +341,7 @@ FusedAdam::FusedAdam(AdamOptions options, Communicator shard_comm, Communicator 
 }
 
 int FusedAdam::add_group(const ShardedGroup& group) {
-  const int g = add_group(group.master(), group.grad(), group.model_param());
-  groups_[std::size_t(g)].owner = &group;
-  return g;
-}
-
-void FusedAdam::materialize_pending_grads() const {
-  // A unit that got no reduction since zero_grad() still holds last step's
-  // values; grad() zeroes it (a no-op for units already written this step).
-  for (const Group& grp : groups_)
-    if (grp.owner && grp.owner->grad_zero_pending()) (void)grp.owner->grad();
+  return add_group(group.master(), group.grad(), group.low_precision_shard());
 }
 
 int FusedAdam::add_group(Kokkos::View<float*> master, Kokkos::View<float*> grad,
@@ -361,14 +352,9 @@ int FusedAdam::add_group(Kokkos::View<float*> master, Kokkos::View<float*> grad,
   if (grad.size() != n)
     bad << "master has " << n << " elements but grad has " << grad.size() << "; ";
   if (n > 0 && master.data() == grad.data()) bad << "master and grad are the same memory; ";
-  if (model.present) {
-    if (model.dtype != DType::bf16 && model.dtype != DType::f16)
-      bad << "model-parameter copy of dtype " << dtype_name(model.dtype) << "; ";
-    if (model.count != n)
-      bad << "model-parameter copy has " << model.count << " elements for " << n
-          << " master elements; ";
-    if (model.count > 0 && model.data == nullptr) bad << "model-parameter copy is null; ";
-  }
+  if (model.present() && model.count() != n)
+    bad << "model-parameter copy has " << model.count() << " elements for " << n
+        << " master elements; ";
   std::string problem = bad.str();
   if (!problem.empty()) problem = "group " + std::to_string(g) + ": " + problem.substr(0, problem.size() - 2);
   std::vector<double> none;
@@ -400,7 +386,6 @@ GradStats FusedAdam::grad_stats(float loss_scale) { return collect_stats(loss_sc
 GradStats FusedAdam::collect_stats(float loss_scale, double max_grad_norm) {
   // 1. One reduction kernel per non-empty group, then one small kernel that
   // totals them (devices wait only there).
-  materialize_pending_grads();
   GradStatsBatch batch(partials_);
   for (const Group& grp : groups_) batch.add(grp.grad);
   double local[2];
@@ -484,7 +469,6 @@ StepResult FusedAdam::apply(const GradStats& stats, float loss_scale, double max
 
   // 3. One update kernel per non-empty group. Empty groups have nothing to
   // update, but the step still counts on this rank like on every other.
-  materialize_pending_grads();
   for (const Group& grp : groups_) {
     if (grp.master.size() == 0) continue;
     if (o.moment_dtype == DType::f32)

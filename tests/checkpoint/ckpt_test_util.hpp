@@ -20,6 +20,7 @@
 #include <Kokkos_Core.hpp>
 #include <nlohmann/json.hpp>
 
+#include <kshard_test/gathers.hpp>
 #include "kshard/checkpoint/checkpoint.hpp"
 #include "kshard/engine/nn/embedding.hpp"
 #include "kshard/engine/fsdp/fsdp_model.hpp"
@@ -174,11 +175,11 @@ struct Trainer {
     const float scale = scaling ? scaler.scale() : 1.f;
     model->zero_grad();
     const double loss = model->forward_backward_ce(ids, {b, cfg.seq, 1}, targets, double(scale));
-    const kshard::GradShardStats local = model->local_grad_stats();
+    const kshard::GradShardStats local = model->prepare_optimizer_step();
     const kshard::StepResult r =
         opt->apply(opt->combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale, 1.0);
     if (scaling) scaler.update(r.found_nonfinite);
-    model->after_optimizer_step();
+    model->finish_optimizer_step();
     ++step;
     return loss;
   }
@@ -233,7 +234,7 @@ inline std::vector<float> gather_moment(const kshard::DeviceMesh& mesh, const ks
 
 inline FullState full_state(Trainer& t) {
   FullState s;
-  s.master = t.model->gather_master_parameters();
+  s.master = kshard::test::gather_master_parameters(*t.model);
   for (std::size_t u = 0; u < s.master.size(); ++u) {
     s.m.push_back(gather_moment(t.mesh, t.opt->state(int(u)), false, s.master[u].size()));
     s.v.push_back(gather_moment(t.mesh, t.opt->state(int(u)), true, s.master[u].size()));

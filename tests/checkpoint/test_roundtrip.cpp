@@ -1,5 +1,6 @@
 // Save/load round trips on this launch's mesh: every recipe, exact resume,
 // a recipe change, moment dtype conversion, keep-last-K and the latest lookup.
+#include <kshard_test/gathers.hpp>
 #include <kshard/testing/harness.hpp>
 
 #include <boost/test/data/monomorphic.hpp>
@@ -89,8 +90,8 @@ BOOST_AUTO_TEST_CASE(recipe_change_is_reported) {
   const auto li = kshard::load_checkpoint(si.path, *b.model);
   KSHARD_CHECK_ALL(li.recipe_changed && li.saved_recipe == "bf16" && !li.optimizer_loaded);
   std::string why;
-  KSHARD_CHECK_ALL_MSG(same_bits(b.model->gather_master_parameters(),
-                                 a.model->gather_master_parameters(), why, "master"),
+  KSHARD_CHECK_ALL_MSG(same_bits(kshard::test::gather_master_parameters(*b.model),
+                                 kshard::test::gather_master_parameters(*a.model), why, "master"),
                        why);
   // A model-only checkpoint has no optimizer state to give.
   const std::string e = error_of([&] { kshard::load_checkpoint(si.path, *b.model, *b.opt); });

@@ -8,6 +8,7 @@
 //   checkpoint_st_import ([2, 2])   -> imports both, re-exports them (roundtrip*.safetensors);
 //                                      imports model.safetensors and checks it bitwise
 //   checkpoint_st_python_compare    -> Python: the re-exports equal what it wrote
+#include <kshard_test/gathers.hpp>
 #include <kshard/testing/harness.hpp>
 
 #include "ckpt_test_util.hpp"
@@ -22,7 +23,7 @@ fs::path st_dir() { return root() / "st"; }
 
 /// The master of the model as "<unit>.<param>" -> values, in model order.
 std::vector<std::pair<std::string, std::vector<float>>> named_master(kshard::FsdpModel& m) {
-  const auto full = m.gather_master_parameters();
+  const auto full = kshard::test::gather_master_parameters(m);
   std::vector<std::pair<std::string, std::vector<float>>> out;
   for (std::size_t u = 0; u < m.num_units(); ++u)
     for (const auto& e : m.group(u).index().entries())
@@ -53,14 +54,14 @@ BOOST_AUTO_TEST_CASE(roundtrip_cpp) {
   Trainer b(mesh, "fp32", 42);
   kshard::import_safetensors(*b.model, dir / "m.safetensors");
   std::string why;
-  KSHARD_CHECK_ALL_MSG(same_bits(b.model->gather_master_parameters(), a.model->gather_master_parameters(),
+  KSHARD_CHECK_ALL_MSG(same_bits(kshard::test::gather_master_parameters(*b.model), kshard::test::gather_master_parameters(*a.model),
                                  why, "master"),
                        why);
   kshard::import_safetensors(*b.model, dir / "m.bf16.safetensors");
-  auto rounded = a.model->gather_master_parameters();
+  auto rounded = kshard::test::gather_master_parameters(*a.model);
   for (auto& u : rounded)
     for (auto& x : u) x = kshard::to_float(kshard::from_float<kshard::bfloat16_t>(x));
-  KSHARD_CHECK_ALL_MSG(same_bits(b.model->gather_master_parameters(), rounded, why, "bf16 master"), why);
+  KSHARD_CHECK_ALL_MSG(same_bits(kshard::test::gather_master_parameters(*b.model), rounded, why, "bf16 master"), why);
 }
 
 BOOST_AUTO_TEST_CASE(export_for_python) {

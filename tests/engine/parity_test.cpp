@@ -7,6 +7,7 @@
 // Also: reshard_after_forward on/off and prefetch on/off are bitwise
 // identical, and no_sync accumulation over M micro-batches equals one batch of
 // M times the size.
+#include <kshard_test/gathers.hpp>
 #include <kshard/testing/harness.hpp>
 
 #include <boost/test/data/monomorphic.hpp>
@@ -126,8 +127,7 @@ RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const
       const double gs = double(scaler.scale()) / c.micro_batches;
       const bool sync = m + 1 == c.micro_batches;
       if (lm) {
-        std::vector<float> ids(batch.tokens.begin() + r0, batch.tokens.begin() + r0 + mrows);
-        auto x = to_device(ids.data(), ids.size(), "ids");
+        auto x = to_device(batch.tokens.data() + r0, std::size_t(mrows), "ids");
         auto t = to_device(batch.next.data() + r0, std::size_t(mrows), "targets");
         local += model.forward_backward_ce(x, shape, t, gs, sync) / c.micro_batches;
       } else {
@@ -139,14 +139,14 @@ RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const
     const auto r = adam.step(scaler.scale());
     scaler.update(r.found_nonfinite);
     out.skipped += r.skipped;
-    model.after_optimizer_step();
+    model.finish_optimizer_step();
     Kokkos::View<double*> l("loss", 1);
     Kokkos::deep_copy(l, local);
     world.all_reduce(l, kshard::ReduceOp::avg);
     auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), l);
     out.losses.push_back(hl(0));
   }
-  out.params = model.gather_master_parameters();
+  out.params = kshard::test::gather_master_parameters(model);
   return out;
 }
 
@@ -412,8 +412,25 @@ BOOST_AUTO_TEST_CASE(mesh_that_does_not_fit_is_skipped) {
   KSHARD_CHECK_ALL(false);  // unreachable for any world size
 }
 
+// Token ids are int32 only: f32 values into a model that starts with an
+// Embedding, or ids into one that does not, are an error on every rank.
+BOOST_AUTO_TEST_CASE(token_ids_are_int32_only) {
+  const auto& world = kt::world();
+  DeviceMesh mesh(world, {world.size()});
+  FsdpModel lm(mesh, make_layers(Arch::lm), Recipe::parse("fp32"));
+  FsdpModel mlp(mesh, make_layers(Arch::ln_mlp), Recipe::parse("fp32"));
+  const std::vector<float> f(std::size_t(kSeq), 1.f);
+  const std::vector<std::int32_t> ids(std::size_t(kSeq), 1);
+  auto fx = to_device(f.data(), f.size(), "f");
+  auto ix = to_device(ids.data(), ids.size(), "ids");
+  KSHARD_CHECK_THROWS_ALL(lm.forward(fx, {1, kSeq, 1}), kshard::Error);
+  KSHARD_CHECK_THROWS_ALL(lm.forward_backward_ce(fx, {1, kSeq, 1}, ix), kshard::Error);
+  KSHARD_CHECK_THROWS_ALL(mlp.forward(ix, {1, kSeq, 1}), kshard::Error);
+  KSHARD_CHECK_ALL(lm.forward(ix, {1, kSeq, 1}).extent(0) == std::size_t(kSeq * kVocab));
+}
+
 // The statistics the reduce-scatter accumulation computes on the way
-// (FsdpModel::local_grad_stats -> FusedAdam::combine_stats) equal the
+// (FsdpModel::prepare_optimizer_step -> FusedAdam::combine_stats) equal the
 // optimizer's own pass over the gradient (grad_stats), on FSDP and HSDP meshes,
 // for a finite gradient and for one poisoned by a NaN input on rank 0 only.
 BOOST_DATA_TEST_CASE(fused_gradient_statistics_equal_the_optimizer_pass,
@@ -436,7 +453,7 @@ BOOST_DATA_TEST_CASE(fused_gradient_statistics_equal_the_optimizer_pass,
   auto x = to_device(batch.x.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "x");
   auto y = to_device(batch.y.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "y");
   model.forward_backward_mse(x, {kRowsPerRank / kSeq, kSeq, kD}, y, scale);
-  const auto local = model.local_grad_stats();
+  const auto local = model.prepare_optimizer_step();
   const auto fused = adam.combine_stats(local.sum_squares, local.nonfinite > 0, scale);
   const auto pass = adam.grad_stats(scale);
   KSHARD_CHECK_ALL(fused.found_nonfinite == pass.found_nonfinite);
@@ -449,12 +466,12 @@ BOOST_DATA_TEST_CASE(fused_gradient_statistics_equal_the_optimizer_pass,
                                                                   << pass.sum_squares);
   }
   model.zero_grad();
-  KSHARD_CHECK_ALL(model.local_grad_stats().sum_squares == 0);
+  KSHARD_CHECK_ALL(model.prepare_optimizer_step().sum_squares == 0);
 }
 
-// zero_grad() is lazy (a shard is zeroed by the next reduction or by grad());
-// an optimizer that registered the units reads zeros after it, not the last
-// step's gradient.
+// zero_grad() is lazy (a shard is zeroed by the next reduction or by
+// settle_grad()); after prepare_optimizer_step() an optimizer that registered
+// the units reads zeros, not the last step's gradient.
 BOOST_AUTO_TEST_CASE(optimizer_sees_a_lazily_zeroed_gradient_as_zero) {
   const auto& world = kt::world();
   const int P = world.size();
@@ -471,6 +488,7 @@ BOOST_AUTO_TEST_CASE(optimizer_sees_a_lazily_zeroed_gradient_as_zero) {
   model.forward_backward_mse(x, {kRowsPerRank / kSeq, kSeq, kD}, y, 1.f);
   KSHARD_CHECK_ALL(adam.grad_stats(1.f).sum_squares > 0);
   model.zero_grad();
+  (void)model.prepare_optimizer_step();
   KSHARD_CHECK_ALL(adam.grad_stats(1.f).sum_squares == 0);
 }
 

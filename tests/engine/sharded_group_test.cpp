@@ -2,6 +2,7 @@
 // reduce-scatter of gradients is exactly the average over the ranks (closed
 // form), including uneven sizes where whole ranks own only padding, HSDP, and
 // accumulation; and nothing stays allocated after reshard.
+#include <kshard_test/gathers.hpp>
 #include <kshard/testing/harness.hpp>
 
 #include <boost/test/data/monomorphic.hpp>
@@ -53,7 +54,7 @@ double worst_error(ShardedGroup& g, const std::vector<std::vector<float>>& ref, 
   g.unshard();
   double worst = 0;
   // The compute buffer (f32, bf16 or f16 by recipe) as f32: exact.
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.flat_params_f32());
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kshard::test::flat_params_f32(g));
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const std::int64_t off = g.index().entry(i).offset;
     for (std::size_t j = 0; j < ref[i].size(); ++j) {
@@ -128,7 +129,7 @@ BOOST_DATA_TEST_CASE(reduce_scatter_averages_over_all_ranks,
       Kokkos::deep_copy(grads[i], h);
     }
     g.reduce_grads();
-    KSHARD_CHECK_ALL(!g.has_unsharded_grads());
+    KSHARD_CHECK_ALL(g.grad_state() == kshard::GradState::none);
     auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.grad());
     const auto [b, e] = idx.shard_range(g.shard_rank());
     for (std::int64_t k = b; k < e; ++k) {
@@ -140,6 +141,9 @@ BOOST_DATA_TEST_CASE(reduce_scatter_averages_over_all_ranks,
   }
   KSHARD_CHECK_ALL_MSG(bad == 0, recipe.name << ": " << bad << " wrong gradient elements");
   g.zero_grad();
+  KSHARD_CHECK_ALL(g.shard_grad() == kshard::ShardGrad::zero_pending);
+  g.settle_grad();  // the lazy zero written
+  KSHARD_CHECK_ALL(g.shard_grad() == kshard::ShardGrad::current);
   auto hz = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.grad());
   double s = 0;
   for (std::size_t k = 0; k < hz.extent(0); ++k) s += std::fabs(hz(k));
@@ -191,6 +195,54 @@ BOOST_AUTO_TEST_CASE(reshard_frees_the_unsharded_buffers) {
   }
 }
 
+// The group's two states move only along their documented transitions; a
+// call out of order is a kshard::Error naming the state (on every rank: all
+// ranks make the same calls), and the group stays usable.
+BOOST_AUTO_TEST_CASE(states_move_along_checked_transitions) {
+  DeviceMesh mesh(kt::world(), {kt::world_size()});
+  ShardedGroup g("unit", specs(false), mesh, Recipe::parse("fp32"));
+  g.init_parameters(2);
+  using kshard::GradState;
+  using kshard::ParamState;
+  KSHARD_CHECK_ALL(g.param_state() == ParamState::sharded);
+  KSHARD_CHECK_THROWS_ALL(g.params<float>(), kshard::Error);
+  g.start_unshard();
+  KSHARD_CHECK_ALL(g.param_state() == ParamState::gathering);
+  KSHARD_CHECK_THROWS_ALL(g.params<float>(), kshard::Error);
+  g.start_unshard();  // a no-op while gathering
+  g.finish_unshard();
+  KSHARD_CHECK_ALL(g.param_state() == ParamState::unsharded);
+  KSHARD_CHECK_ALL(g.params<float>().size() == g.index().size());
+  g.reshard();
+  KSHARD_CHECK_ALL(g.param_state() == ParamState::sharded);
+  g.start_unshard();
+  g.reshard();  // completes the gather in flight first
+  KSHARD_CHECK_ALL(g.param_state() == ParamState::sharded);
+
+  KSHARD_CHECK_ALL(g.grad_state() == GradState::none);
+  (void)g.unsharded_grads();
+  KSHARD_CHECK_ALL(g.grad_state() == GradState::accumulating);
+  g.start_reduce_grads();
+  KSHARD_CHECK_ALL(g.grad_state() == GradState::reducing);
+  KSHARD_CHECK_THROWS_ALL(g.unsharded_grads(), kshard::Error);
+  KSHARD_CHECK_THROWS_ALL(g.zero_grad(), kshard::Error);
+  g.finish_reduce_grads();
+  KSHARD_CHECK_ALL(g.grad_state() == GradState::none);
+  g.zero_grad();
+  KSHARD_CHECK_ALL(g.shard_grad() == kshard::ShardGrad::zero_pending);
+  // Gradients accumulating unsharded are dropped by zero_grad (FSDP2's).
+  const auto& grads = g.unsharded_grads();
+  kshard::fill<float>(grads[0], 1.0f);
+  g.zero_grad();
+  KSHARD_CHECK_ALL(g.grad_state() == GradState::none);
+  g.reduce_grads();
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.grad());
+  double s = 0;
+  for (std::size_t k = 0; k < h.extent(0); ++k) s += std::fabs(h(k));
+  KSHARD_CHECK_ALL_MSG(s == 0, "gradient after zero_grad of accumulated values: |g| = " << s);
+  KSHARD_CHECK_ALL(std::string(kshard::state_name(ParamState::gathering)) == "gathering");
+}
+
 BOOST_AUTO_TEST_CASE(fp8_gather_moves_one_byte_per_parameter_plus_scales) {
   DeviceMesh mesh(kt::world(), {kt::world_size()});
   ShardedGroup g("unit", specs(false), mesh, Recipe::parse("fp8"));
@@ -215,8 +267,8 @@ BOOST_AUTO_TEST_CASE(fp8_init_stores_the_shard_in_fp8) {
   KSHARD_CHECK_ALL(b.persistent_bytes() > a.persistent_bytes());  // + fp8 shard and scales
   a.unshard();
   b.unshard();
-  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.flat_params_f32());
-  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.flat_params_f32());
+  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kshard::test::flat_params_f32(a));
+  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kshard::test::flat_params_f32(b));
   std::int64_t diff = 0;
   for (std::size_t k = 0; k < ha.extent(0); ++k) diff += ha(k) != hb(k);
   KSHARD_CHECK_ALL(diff == 0);  // same master values quantize to the same bytes

@@ -119,13 +119,31 @@ std::vector<Kokkos::View<T*>> zero_grads(const Layer<T>& layer) {
   return allocate_parameters(layer);
 }
 
+/// layer.forward on host input x; a layer that takes token ids gets x as
+/// int32 ids (forward_tokens). Returns x on the device (for dx's size).
+template <class T>
+Kokkos::View<T*> forward_host_input(Layer<T>& layer, const HostVec& x, ActShape shape,
+                                    const std::vector<Kokkos::View<T*>>& params,
+                                    Kokkos::View<T*> y) {
+  auto xd = to_device<T>(x, "x");
+  if (layer.takes_token_ids()) {
+    Kokkos::View<std::int32_t*> ids("ids", x.size());
+    auto h = Kokkos::create_mirror_view(ids);
+    for (std::size_t i = 0; i < x.size(); ++i) h(i) = static_cast<std::int32_t>(x[i]);
+    Kokkos::deep_copy(ids, h);
+    layer.forward_tokens(ids, shape, const_views(params), y);
+  } else {
+    layer.forward(xd, shape, const_views(params), y);
+  }
+  return xd;
+}
+
 /// y = layer(x) with host inputs and outputs.
 template <class T>
 HostVec run_forward(Layer<T>& layer, const HostVec& x, ActShape shape,
                     const std::vector<Kokkos::View<T*>>& params) {
-  auto xd = to_device<T>(x, "x");
   Kokkos::View<T*> y("y", static_cast<std::size_t>(shape.rows() * layer.out_features()));
-  layer.forward(xd, shape, const_views(params), y);
+  forward_host_input(layer, x, shape, params, y);
   return to_host(y);
 }
 
@@ -138,9 +156,8 @@ struct Gradients {
 template <class T>
 Gradients run_backward(Layer<T>& layer, const HostVec& x, ActShape shape,
                        const std::vector<Kokkos::View<T*>>& params, const HostVec& r) {
-  auto xd = to_device<T>(x, "x");
   Kokkos::View<T*> y("y", static_cast<std::size_t>(shape.rows() * layer.out_features()));
-  layer.forward(xd, shape, const_views(params), y);
+  auto xd = forward_host_input(layer, x, shape, params, y);
   auto grads = zero_grads(layer);
   Kokkos::View<T*> dx("dx", xd.extent(0));
   layer.backward(to_device<T>(r, "dy"), const_views(params), grads, dx);

@@ -104,11 +104,8 @@ BOOST_AUTO_TEST_CASE(cross_entropy_target_types_and_float) {
   std::mt19937_64 rng(3);
   const HostVec logits = random_vec(rows * vocab, rng, -2, 2);
   const double ref = ce(logits, rows, vocab, {1, 0, 3});
-  // Targets as T (token ids like Embedding input) and as int64.
+  // Targets as int64 (ce() above: int32).
   Kokkos::View<double*> dl("dl", rows * vocab);
-  const auto tt = to_device<double>({1, 0, 3});
-  const double l_t = cross_entropy_loss<double, double>(to_device<double>(logits), rows, vocab, tt, dl);
-  BOOST_TEST(l_t == ref, boost::test_tools::tolerance(1e-15));
   Kokkos::View<std::int64_t*> t64("t", 3);
   auto h = Kokkos::create_mirror_view(t64);
   h(0) = 1;
@@ -120,13 +117,42 @@ BOOST_AUTO_TEST_CASE(cross_entropy_target_types_and_float) {
   BOOST_TEST(l64 == ref, boost::test_tools::tolerance(1e-15));
   // float: loss within 1e-6 relative (float softmax of O(1) logits), gradient 1e-6 absolute.
   Kokkos::View<float*> dlf("dlf", rows * vocab);
-  const double lf = cross_entropy_loss<float, float>(to_device<float>(logits), rows, vocab,
-                                                     to_device<float>({1, 0, 3}), dlf);
+  Kokkos::View<std::int32_t*> t32("t32", 3);
+  Kokkos::deep_copy(t32, Kokkos::View<const std::int32_t*, Kokkos::HostSpace>(
+                             std::vector<std::int32_t>{1, 0, 3}.data(), 3));
+  const double lf = cross_entropy_loss<float, std::int32_t>(to_device<float>(logits), rows, vocab,
+                                                            t32, dlf);
   BOOST_TEST(lf == ref, boost::test_tools::tolerance(1e-6));
   BOOST_TEST(rel_err(to_host(dlf), to_host(dl), 1.0) <= 1e-6);
   // All rows ignored: loss 0, gradient 0.
   const double l_none = ce(logits, rows, vocab, {-1, -1, -1});
   BOOST_TEST(l_none == 0.0);
+}
+
+// The forward-only mode: the sum of the counted rows' losses equals the
+// training loss times the counted rows, ignored rows count nothing, the
+// logits are left as they were, a target >= vocab throws.
+BOOST_AUTO_TEST_CASE(cross_entropy_sum_is_the_forward_only_mode) {
+  const std::int64_t rows = 5, vocab = 9;
+  std::mt19937_64 rng(8);
+  const HostVec logits = random_vec(rows * vocab, rng, -3, 3);
+  const std::vector<std::int32_t> t{2, -1, 8, 0, -100};
+  Kokkos::View<std::int32_t*> td("t", t.size());
+  Kokkos::deep_copy(td, Kokkos::View<const std::int32_t*, Kokkos::HostSpace>(t.data(), t.size()));
+  const auto ld = to_device<double>(logits);
+  const CrossEntropySum s = cross_entropy_sum<double, std::int32_t>(ld, rows, vocab, td);
+  BOOST_TEST(s.rows == 3);
+  const double mean = ce(logits, rows, vocab, t);
+  BOOST_TEST(s.sum == mean * 3, boost::test_tools::tolerance(1e-14));
+  BOOST_TEST(rel_err(to_host(ld), logits, 1.0) == 0.0);  // not overwritten
+  const auto lf = to_device<float>(logits);
+  const CrossEntropySum sf = cross_entropy_sum<float, std::int32_t>(lf, rows, vocab, td);
+  BOOST_TEST(sf.sum == mean * 3, boost::test_tools::tolerance(1e-6));
+  const std::vector<std::int32_t> bad{2, 9, 0, 0, 0};
+  Kokkos::View<std::int32_t*> bd("bad", bad.size());
+  Kokkos::deep_copy(bd, Kokkos::View<const std::int32_t*, Kokkos::HostSpace>(bad.data(), bad.size()));
+  BOOST_CHECK_THROW((cross_entropy_sum<double, std::int32_t>(ld, rows, vocab, bd)), Error);
+  BOOST_CHECK_THROW((cross_entropy_sum<double, std::int32_t>(ld, rows + 1, vocab, td)), Error);
 }
 
 BOOST_AUTO_TEST_CASE(loss_argument_errors) {
@@ -141,10 +167,6 @@ BOOST_AUTO_TEST_CASE(loss_argument_errors) {
   BOOST_CHECK_THROW(ce(logits, 2, 3, t_vocab), Error);  // target == vocab
   BOOST_CHECK_THROW(ce(logits, 3, 3, t_three), Error);  // logits size
   BOOST_CHECK_THROW(ce(logits, 2, 3, t_one), Error);    // targets size
-  Kokkos::View<double*> dl("dl", 6);
-  const auto frac = to_device<double>({0, 1.5});
-  BOOST_CHECK_THROW((cross_entropy_loss<double, double>(to_device<double>(logits), 2, 3, frac, dl)),
-                    Error);  // fractional target id
 }
 
 BOOST_AUTO_TEST_SUITE_END()

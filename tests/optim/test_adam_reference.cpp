@@ -120,11 +120,9 @@ Outcome run_case(const kshard::AdamOptions& opts, int model, float loss_scale, b
                                                model == 1 ? n : 0);
   Kokkos::View<kshard::float16_t*> model_f16(f16_mem.data() + (model == 2 ? offset : 0),
                                              model == 2 ? n : 0);
-  kshard::LowPrecisionShard mp;
-  if (model == 1) mp = kshard::LowPrecisionShard::raw(kshard::DType::bf16, model_bf16.data(), n);
-  if (model == 2) mp = kshard::LowPrecisionShard::raw(kshard::DType::f16, model_f16.data(), n);
-  if (offset == 0 && model == 1) mp = model_bf16;  // the View constructor, too
-  if (offset == 0 && model == 2) mp = model_f16;
+  kshard::LowPrecisionShard mp;  // unmanaged Views when offset > 0: unaligned copies
+  if (model == 1) mp = model_bf16;
+  if (model == 2) mp = model_f16;
   const int g = opt.add_group(master, grad, mp);
 
   for (int s = 0; s < steps; ++s) {

@@ -35,13 +35,10 @@ BOOST_AUTO_TEST_CASE(bad_model_copy) {
   Vec master("test.master", 8), grad("test.grad", 8);
   Kokkos::View<kshard::bfloat16_t*> short_copy("test.model", 7);
   KSHARD_CHECK_THROWS_ALL(opt.add_group(master, grad, short_copy), kshard::Error);
-  Vec f32_copy("test.f32copy", 8);
-  KSHARD_CHECK_THROWS_ALL(
-      opt.add_group(master, grad, kshard::LowPrecisionShard::raw(kshard::DType::f32, f32_copy.data(), 8)),
-      kshard::Error);
-  KSHARD_CHECK_THROWS_ALL(
-      opt.add_group(master, grad, kshard::LowPrecisionShard::raw(kshard::DType::bf16, nullptr, 8)),
-      kshard::Error);
+  Kokkos::View<kshard::float16_t*> long_copy("test.model16", 9);
+  KSHARD_CHECK_THROWS_ALL(opt.add_group(master, grad, long_copy), kshard::Error);
+  // (A copy of another dtype, or a null one, cannot be expressed: the copy
+  // is a typed bf16/f16 View.)
 }
 
 BOOST_AUTO_TEST_CASE(unsupported_moment_dtype) {

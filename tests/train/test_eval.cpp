@@ -69,7 +69,7 @@ double reference(const kshard::Communicator& self, const std::vector<std::uint32
   const double loss = kshard::cross_entropy_loss<float, std::int32_t>(
       logits, rows, kVocab, Kokkos::View<const std::int32_t*>(targets), grad);
   for (std::size_t i = 0; i < model.num_units(); ++i)
-    if (model.group(i).is_unsharded()) model.group(i).reshard();
+    model.group(i).reshard();
   return loss;
 }
 

@@ -1,6 +1,7 @@
 // Trainer: its steps are the hand-written loop it replaced (bitwise), its
 // state round-trips (a restored trainer continues bitwise), and the
 // divergence guard trips on every rank.
+#include <kshard_test/gathers.hpp>
 #include <kshard/testing/harness.hpp>
 
 #include <cmath>
@@ -40,7 +41,7 @@ std::vector<double> manual_glue(const kshard::DeviceMesh& mesh, const kshard::To
   kshard::FusedAdam adam(ao, mesh.shard_comm(), mesh.world());
   for (std::size_t i = 0; i < model.num_units(); ++i) {
     kshard::ShardedGroup& g = model.group(i);
-    adam.add_group(g.master(), g.grad(), g.model_param());
+    adam.add_group(g.master(), g.grad(), g.low_precision_shard());
   }
   const int world_size = mesh.world().size(), rank = mesh.world().rank();
   const std::int64_t batch = 2, rows = batch * kSeq;
@@ -61,12 +62,12 @@ std::vector<double> manual_glue(const kshard::DeviceMesh& mesh, const kshard::To
                                         m == accum - 1);
     }
     loss /= accum;
-    const kshard::GradShardStats local = model.local_grad_stats();
+    const kshard::GradShardStats local = model.prepare_optimizer_step();
     adam.apply(adam.combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale, 1.0);
-    model.after_optimizer_step();
+    model.finish_optimizer_step();
     losses.push_back(loss);
   }
-  params = model.gather_master_parameters();
+  params = kshard::test::gather_master_parameters(model);
   return losses;
 }
 
@@ -77,7 +78,7 @@ std::vector<double> with_trainer(const kshard::DeviceMesh& mesh, const kshard::T
   kshard::Trainer trainer(std::move(model), options(accum));
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) losses.push_back(trainer.step(data).local_loss);
-  params = trainer.model().gather_master_parameters();
+  params = kshard::test::gather_master_parameters(trainer.model());
   return losses;
 }
 

@@ -4,6 +4,7 @@
 // parameters; bad trainer state in a checkpoint is an error on every rank
 // and changes nothing; save_async writes what save writes and resumes alike,
 // and its failed write is an error on every rank.
+#include <kshard_test/gathers.hpp>
 #include <kshard/testing/harness.hpp>
 
 #include <unistd.h>
@@ -241,8 +242,8 @@ BOOST_AUTO_TEST_CASE(save_load_continues_bitwise) {
         why = m.str();
       }
     }
-    const auto ps = straight->model().gather_master_parameters();
-    if (!same_bits(ps, second->model().gather_master_parameters()) && why.empty())
+    const auto ps = kshard::test::gather_master_parameters(straight->model());
+    if (!same_bits(ps, kshard::test::gather_master_parameters(second->model())) && why.empty())
       why = recipe + ": parameters after the loaded run differ";
     if (!(second->state() == straight->state()) && why.empty())
       why = recipe + ": final states differ";
@@ -303,7 +304,7 @@ BOOST_AUTO_TEST_CASE(bad_trainer_state_is_an_error_everywhere) {
 
   auto t = make_trainer(mesh, "fp32", 5, ckpt_options());
   const kshard::TrainerState before = t->state();
-  const auto params = t->model().gather_master_parameters();
+  const auto params = kshard::test::gather_master_parameters(t->model());
   struct Case {
     fs::path path;
     const char* needle;
@@ -330,7 +331,7 @@ BOOST_AUTO_TEST_CASE(bad_trainer_state_is_an_error_everywhere) {
                                                               << c.needle << "'");
     KSHARD_CHECK_ALL(t->state() == before);
   }
-  KSHARD_CHECK_ALL(same_bits(params, t->model().gather_master_parameters()));
+  KSHARD_CHECK_ALL(same_bits(params, kshard::test::gather_master_parameters(t->model())));
   remove_shared(dir);
 }
 
@@ -396,8 +397,8 @@ BOOST_AUTO_TEST_CASE(async_save_resumes_bitwise) {
         why = m.str();
       }
     }
-    const auto ps = straight->model().gather_master_parameters();
-    if ((!same_bits(ps, from_async->model().gather_master_parameters()) ||
+    const auto ps = kshard::test::gather_master_parameters(straight->model());
+    if ((!same_bits(ps, kshard::test::gather_master_parameters(from_async->model())) ||
          !(from_async->state() == straight->state())) && why.empty())
       why = recipe + ": the run resumed from the async checkpoint ends elsewhere";
 

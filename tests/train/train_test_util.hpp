@@ -125,7 +125,7 @@ inline std::uint64_t bits(double d) {
   return u;
 }
 
-/// Bitwise equality of per-unit parameter lists (FsdpModel::gather_master_parameters()).
+/// Bitwise equality of per-unit parameter lists (kshard::test::gather_master_parameters).
 inline bool same_bits(const std::vector<std::vector<float>>& a,
                       const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;

@@ -57,10 +57,7 @@ MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Rec
     }
     const double in = double(layer->in_features()), out = double(layer->out_features());
     widest = std::max({widest, in, out});
-    // Saved activations per token: a pre-LN transformer block keeps its
-    // LayerNorm outputs, q/k/v, the attention output, the MLP's 4d hidden
-    // before and after GELU and the residual sums: ~18 x width.
-    saved += rows * (layer->kind() == "TransformerLayer" ? 18.0 * out : in + out) * compute;
+    saved += rows * layer->saved_elements_per_row() * compute;
     last_out = out;
   }
   e.unsharded = 2.0 * max_unit;

@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "kshard/engine/nn/loss.hpp"
 #include "kshard/mesh/agree.hpp"
-#include "cross_entropy_sum.hpp"
 
 namespace kshard {
 namespace {
@@ -112,12 +112,12 @@ StepReport Trainer::step(const TokenSource& data) {
   // were computed while the reduce-scatters were accumulated into the shards:
   // combine them across ranks and update, without a second read of every
   // gradient (FusedAdam::step() would do that pass itself).
-  const GradShardStats local = model_.local_grad_stats();
+  const GradShardStats local = model_.prepare_optimizer_step();
   r.optimizer =
       adam_->apply(adam_->combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale,
                    options_.clip);
   if (scaling) scaler_.update(r.optimizer.found_nonfinite);
-  model_.after_optimizer_step();
+  model_.finish_optimizer_step();
 
   ++step_;
   position_ += sequences_per_step();
@@ -167,7 +167,7 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
     FsdpModel& m;
     ~Reshard() {
       for (std::size_t i = 0; i < m.num_units(); ++i)
-        if (m.group(i).is_unsharded()) m.group(i).reshard();
+        m.group(i).reshard();
     }
   } reshard{model_};
   double sum = 0, count = 0;
@@ -192,9 +192,10 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
     model_.forward_chunks(ids_, shape,
                           [&](std::int64_t r0, std::int64_t n, Kokkos::View<const float*> logits) {
                             const std::int64_t vocab = std::int64_t(logits.extent(0)) / n;
-                            sum += detail::cross_entropy_sum(
-                                logits, n, vocab,
-                                Kokkos::subview(targets_, std::make_pair(r0, r0 + n)));
+                            sum += cross_entropy_sum<float, std::int32_t>(
+                                       logits, n, vocab,
+                                       Kokkos::subview(targets_, std::make_pair(r0, r0 + n)))
+                                       .sum;
                           });
   }
   std::vector<double> total = {sum, count};

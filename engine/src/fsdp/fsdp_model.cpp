@@ -86,12 +86,11 @@ class FsdpCore final : public FsdpCoreBase {
   void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                         Kokkos::View<const float*> x, ActShape shape, bool defer_head) override {
     check_input(shape);
-    if (layers_[0]->takes_token_ids()) {
-      // Token ids stored as floats: validated and converted once here.
-      auto ids = window(ids_buf_, shape.rows(), "kshard.fsdp.ids");
-      token_ids_from<float>(x, std::int64_t(1) << 31, ids);  // range: Embedding checks
-      run_forward(g, o, {}, ids, shape, defer_head);
-    } else if constexpr (std::is_same_v<T, float>) {
+    if (layers_[0]->takes_token_ids())
+      throw Error("FsdpModel::forward with f32 features, but layer 0 (" + layers_[0]->kind() +
+                      ") takes token ids",
+                  "int32 token ids: forward(Kokkos::View<const std::int32_t*>, shape)");
+    if constexpr (std::is_same_v<T, float>) {
       run_forward(g, o, x, {}, shape, defer_head);
     } else {
       auto xt = window(input_buf_, std::int64_t(x.extent(0)), "kshard.fsdp.input");
@@ -238,7 +237,7 @@ class FsdpCore final : public FsdpCoreBase {
   }
 
   static void ensure_unsharded(ShardedGroup& g) {
-    if (!g.is_unsharded()) g.finish_unshard();
+    g.finish_unshard();  // a no-op when unsharded
   }
 
   // defer_head with a head whose rows are independent (and loss_chunk_bytes
@@ -317,7 +316,6 @@ class FsdpCore final : public FsdpCoreBase {
   bool head_deferred_ = false;             // the last forward left the head to the loss
   Kokkos::View<const T*> head_input_;      // the head's input then
   Kokkos::View<T*> dact_a_, dact_b_, dloss_, input_buf_;
-  Kokkos::View<std::int32_t*> ids_buf_;
   Kokkos::View<float*> out_f32_;
   Kokkos::View<double*> ce_result_;
 };
@@ -448,13 +446,13 @@ void FsdpModel::zero_grad() {
   for (auto& g : groups_) g.zero_grad();
 }
 
-GradShardStats FsdpModel::local_grad_stats() const {
+GradShardStats FsdpModel::prepare_optimizer_step() {
   // The groups' statistics are summed on the device, in stream order, and come
   // to the host in ONE copy: the step's only wait for the backward pass.
   Kokkos::View<double*> total = stats_total_;
   fill<double>(total, 0.0);
-  for (const auto& g : groups_) {
-    (void)g.grad();  // a shard still pending zero (no reduction since zero_grad) is zeroed now
+  for (auto& g : groups_) {
+    g.settle_grad();  // a shard still pending zero (no reduction since zero_grad) is zeroed now
     Kokkos::View<const double*> s = g.grad_stats_device();
     Kokkos::parallel_for(
         "kshard::fsdp_sum_grad_stats", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) {
@@ -466,9 +464,9 @@ GradShardStats FsdpModel::local_grad_stats() const {
   return GradShardStats{h(0), std::int64_t(h(1))};
 }
 
-void FsdpModel::after_optimizer_step() {
+void FsdpModel::finish_optimizer_step() {
   for (auto& g : groups_)
-    if (!g.model_param().data) g.refresh_low_precision();
+    if (!g.low_precision_shard().present()) g.refresh_low_precision();
   if (fp8_history_) {
     // One all-reduce of every tensor's scaling values: the amaxes become the
     // max over all ranks (each saw its own activations and gradients), the
@@ -490,30 +488,6 @@ void FsdpModel::set_fp8_state(const std::vector<float>& state) {
                 "no state (only delayed-scaling recipes keep one)");
   }
   fp8_history_->set_state(state);
-}
-
-std::int64_t FsdpModel::num_parameters() const {
-  std::int64_t n = 0;
-  for (const auto& g : groups_) n += g.index().param_numel();
-  return n;
-}
-
-std::size_t FsdpModel::persistent_bytes() const {
-  std::size_t b = 0;
-  for (const auto& g : groups_) b += g.persistent_bytes();
-  return b;
-}
-
-std::size_t FsdpModel::max_unit_bytes() const {
-  std::size_t b = 0;
-  for (const auto& g : groups_) b = std::max(b, g.unsharded_bytes());
-  return b;
-}
-
-std::vector<std::vector<float>> FsdpModel::gather_master_parameters() const {
-  std::vector<std::vector<float>> out;
-  for (const auto& g : groups_) out.push_back(g.gather_master());
-  return out;
 }
 
 }  // namespace kshard

@@ -17,6 +17,27 @@ Kokkos::View<float*> alloc_f32(const std::string& label, std::size_t n, bool zer
 
 }  // namespace
 
+const char* state_name(ParamState s) noexcept {
+  switch (s) {
+    case ParamState::sharded: return "sharded";
+    case ParamState::gathering: return "gathering";
+    default: return "unsharded";
+  }
+}
+
+const char* state_name(GradState s) noexcept {
+  switch (s) {
+    case GradState::none: return "none";
+    case GradState::accumulating: return "accumulating";
+    default: return "reducing";
+  }
+}
+
+void ShardedGroup::bad_transition(const char* what, const char* state,
+                                  const char* expected) const {
+  throw Error(std::string(what) + " of group '" + name_ + "' in state " + state, expected);
+}
+
 ShardedGroup::ShardedGroup(std::string name, const std::vector<ParamSpec>& specs,
                            const DeviceMesh& mesh, Recipe recipe, bool keep_low_precision_shard)
     : name_(std::move(name)),
@@ -65,33 +86,32 @@ void ShardedGroup::set_full_parameters(Kokkos::View<const float*> flat) {
   refresh_low_precision();
 }
 
-LowPrecisionShard ShardedGroup::model_param() const noexcept {
-  return gather_wire_->model_param();
+LowPrecisionShard ShardedGroup::low_precision_shard() const noexcept {
+  return gather_wire_->low_precision_shard();
 }
 
 void ShardedGroup::refresh_low_precision() { gather_wire_->refresh(context()); }
 
 void ShardedGroup::start_unshard() {
-  if (unsharded_ || gather_started_) return;
+  if (param_state_ != ParamState::sharded) return;
   gather_req_ = gather_wire_->start(context(), compute_);
-  gather_started_ = true;
+  param_state_ = ParamState::gathering;
 }
 
 void ShardedGroup::finish_unshard() {
-  if (unsharded_) return;
-  if (!gather_started_) start_unshard();
+  if (param_state_ == ParamState::unsharded) return;
+  if (param_state_ == ParamState::sharded) start_unshard();
   // The compute stream waits for the gather; the host does not, so the
   // kernels queued before (the previous unit's compute) keep the GPU busy.
   gather_req_.wait_on_device();
-  gather_started_ = false;
+  gather_req_ = Request();
   gather_wire_->finish(context(), compute_);
-  unsharded_ = true;
+  param_state_ = ParamState::unsharded;
 }
 
 void ShardedGroup::check_compute_type(DType t, const char* what) const {
-  if (!unsharded_)
-    throw Error(std::string(what) + " of group '" + name_ + "' while it is sharded",
-                "unshard() (or finish_unshard()) first");
+  if (param_state_ != ParamState::unsharded)
+    bad_transition(what, state_name(param_state_), "unsharded: unshard() (or finish_unshard()) first");
   if (t != recipe_.compute_dtype)
     throw Error(std::string(what) + "<" + dtype_name(t) + "> of group '" + name_ + "'",
                 std::string("the recipe's compute dtype ") + dtype_name(recipe_.compute_dtype));
@@ -112,23 +132,6 @@ Kokkos::View<const T*> ShardedGroup::flat_params() const {
   return compute_.view<const T>(std::size_t(index_.flat_numel()));
 }
 
-Kokkos::View<float*> ShardedGroup::flat_params_f32() const {
-  const std::size_t flat = std::size_t(index_.flat_numel());
-  Kokkos::View<float*> out(Kokkos::view_alloc(name_ + ".params_f32", Kokkos::WithoutInitializing),
-                           flat);
-  switch (recipe_.compute_dtype) {
-    case DType::f32:
-      Kokkos::deep_copy(out, flat_params<float>());
-      break;
-    case DType::bf16:
-      cast_to_f32<bfloat16_t>(flat_params<bfloat16_t>(), out);
-      break;
-    default:
-      cast_to_f32<float16_t>(flat_params<float16_t>(), out);
-  }
-  return out;
-}
-
 template std::vector<Kokkos::View<const float*>> ShardedGroup::params<float>() const;
 template std::vector<Kokkos::View<const bfloat16_t*>> ShardedGroup::params<bfloat16_t>() const;
 template std::vector<Kokkos::View<const float16_t*>> ShardedGroup::params<float16_t>() const;
@@ -137,17 +140,22 @@ template Kokkos::View<const bfloat16_t*> ShardedGroup::flat_params<bfloat16_t>()
 template Kokkos::View<const float16_t*> ShardedGroup::flat_params<float16_t>() const;
 
 void ShardedGroup::reshard() {
-  if (gather_started_) finish_unshard();  // a collective in flight must complete first
+  if (param_state_ == ParamState::gathering) finish_unshard();  // a collective in flight completes first
   compute_.reset();
-  unsharded_ = false;
+  param_state_ = ParamState::sharded;
 }
 
 const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
-  if (!grad_views_.empty()) return grad_views_;
+  if (grad_state_ == GradState::accumulating) return grad_views_;
+  if (grad_state_ == GradState::reducing)
+    bad_transition("unsharded_grads", "reducing",
+                   "none or accumulating: finish_reduce_grads() before the next backward");
+  grad_views_.clear();
   if (reduce_wire_->accumulates_in_shard(context())) {
     // The shard is the whole flat gradient here (one rank, one replica): the
     // layers accumulate into it (zeroed first if zero_grad() is pending).
-    Kokkos::View<float*> shard = grad();
+    settle_grad();
+    Kokkos::View<float*> shard = grad_;
     for (const ParamEntry& e : index_.entries())
       grad_views_.push_back(Kokkos::subview(
           shard, std::make_pair(std::size_t(e.offset), std::size_t(e.offset + e.numel))));
@@ -156,26 +164,26 @@ const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
     const std::size_t flat = std::size_t(index_.flat_numel());
     grad_full_ = memory::acquire(4 * flat, (name_ + ".grad_full").c_str());
     fill<float>(grad_full_.view<float>(flat), 0.0f);
-    grad_views_.clear();
     for (const ParamEntry& e : index_.entries())
       grad_views_.push_back(
           grad_full_.view<float>(std::size_t(e.numel), 4 * std::size_t(e.offset)));
   }
+  grad_state_ = GradState::accumulating;
   return grad_views_;
 }
 
 void ShardedGroup::start_reduce_grads() {
-  if (reduce_started_) return;
+  if (grad_state_ == GradState::reducing) return;
   unsharded_grads();  // a rank with nothing to add still takes part, with zeros
-  reduce_started_ = true;
+  grad_state_ = GradState::reducing;
   if (grads_in_shard_) {  // accumulated in place: finish() computes statistics only
     reduce_write_ = GradWrite::none;
     reduce_req_ = Request();
     return;
   }
   // A shard zeroed by zero_grad() is written, not added to.
-  reduce_write_ = grad_zero_pending_ ? GradWrite::assign : GradWrite::add;
-  grad_zero_pending_ = false;
+  reduce_write_ = shard_grad_ == ShardGrad::zero_pending ? GradWrite::assign : GradWrite::add;
+  shard_grad_ = ShardGrad::current;
   reduce_req_ = reduce_wire_->start(context(), grad_full_, reduce_write_);
   if (!reduce_wire_->reads_full_until_finish()) {
     grad_views_.clear();
@@ -184,11 +192,11 @@ void ShardedGroup::start_reduce_grads() {
 }
 
 void ShardedGroup::finish_reduce_grads() {
-  if (!reduce_started_) start_reduce_grads();
+  if (grad_state_ != GradState::reducing) start_reduce_grads();
   // Device-side waits only: the reduction overlaps the backward kernels queued
   // after it started, and nothing here blocks the host.
   reduce_req_.wait_on_device();
-  reduce_started_ = false;
+  reduce_req_ = Request();
   // (HSDP) average over the replicas, then accumulate into the shard,
   // computing the optimizer's statistics on the way (into grad_stats_, on the
   // device).
@@ -198,14 +206,13 @@ void ShardedGroup::finish_reduce_grads() {
   grad_views_.clear();
   grad_full_.reset();
   grads_in_shard_ = false;
+  grad_state_ = GradState::none;
 }
 
-Kokkos::View<float*> ShardedGroup::grad() const {
-  if (grad_zero_pending_) {
-    fill<float>(grad_, 0.0f);
-    grad_zero_pending_ = false;
-  }
-  return grad_;
+void ShardedGroup::settle_grad() {
+  if (shard_grad_ != ShardGrad::zero_pending) return;
+  fill<float>(grad_, 0.0f);
+  shard_grad_ = ShardGrad::current;
 }
 
 GradShardStats ShardedGroup::grad_stats() const {
@@ -224,17 +231,26 @@ std::vector<float> ShardedGroup::gather_master() const {
 }
 
 void ShardedGroup::zero_grad() {
-  if (grads_in_shard_) {
-    // Backward has accumulated into the shard and it is not reduced yet
-    // (no_sync micro-batches): those gradients are the shard, so they go
-    // too, now (as FSDP2's zero_grad drops unsharded gradients).
-    fill<float>(grad_, 0.0f);
-    grad_zero_pending_ = false;
-    fill<double>(grad_stats_, 0.0);
-    return;
-  }
-  grad_zero_pending_ = true;  // the next reduction writes the shard (no fill now)
+  if (grad_state_ == GradState::reducing)
+    bad_transition("zero_grad", "reducing", "none or accumulating: finish_reduce_grads() first");
   fill<double>(grad_stats_, 0.0);
+  if (grad_state_ == GradState::accumulating) {
+    // Backward has accumulated and nothing is reduced yet (no_sync
+    // micro-batches): those gradients go too (as FSDP2's zero_grad drops
+    // unsharded gradients). In the shard itself: now.
+    if (grads_in_shard_) {
+      fill<float>(grad_, 0.0f);
+      shard_grad_ = ShardGrad::current;
+      grads_in_shard_ = false;
+      grad_views_.clear();
+      grad_state_ = GradState::none;
+      return;
+    }
+    grad_views_.clear();
+    grad_full_.reset();
+    grad_state_ = GradState::none;
+  }
+  shard_grad_ = ShardGrad::zero_pending;  // the next reduction writes the shard (no fill now)
 }
 
 std::size_t ShardedGroup::persistent_bytes() const noexcept {

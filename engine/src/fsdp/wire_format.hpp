@@ -60,7 +60,7 @@ class GatherWire {
   /// (nothing when the format keeps none).
   virtual void refresh(const ShardContext& c) = 0;
   /// The kept 16-bit shard the optimizer writes; none otherwise.
-  virtual LowPrecisionShard model_param() const { return {}; }
+  virtual LowPrecisionShard low_precision_shard() const { return {}; }
   /// Bytes of the low-precision shard kept between steps.
   virtual std::size_t persistent_bytes() const = 0;
   /// Starts the all-gather. A format that gathers straight into the compute

@@ -16,27 +16,25 @@ class Gather16 final : public GatherWire {
  public:
   Gather16(const ShardContext& c, bool keep_shard) {
     if (keep_shard)
-      kept_ = Kokkos::View<std::uint8_t*>(
-          Kokkos::view_alloc(c.name + ".shard_lp", Kokkos::WithoutInitializing), 2 * c.shard());
+      kept_ = Kokkos::View<T*>(
+          Kokkos::view_alloc(c.name + ".shard_lp", Kokkos::WithoutInitializing), c.shard());
   }
 
   void refresh(const ShardContext& c) override {
-    if (kept_.data()) cast_from_f32<T>(c.master, typed<T>(kept_, 0, c.shard()));
+    if (kept_.data()) cast_from_f32<T>(c.master, kept_);
   }
-  LowPrecisionShard model_param() const override {
-    // A raw view: the group outlives the optimizer's use of it (the Trainer
-    // owns both; the optimizer is destroyed first).
+  LowPrecisionShard low_precision_shard() const override {
     if (!kept_.data()) return {};
-    return LowPrecisionShard::raw(dtype_of<T>::value, kept_.data(), kept_.span() / 2);
+    return LowPrecisionShard(kept_);
   }
-  std::size_t persistent_bytes() const override { return kept_.span(); }
+  std::size_t persistent_bytes() const override { return kept_.size() * sizeof(T); }
 
   Request start(const ShardContext& c, memory::Block& compute) override {
     const std::size_t shard = c.shard(), flat = c.flat();
     compute = memory::acquire(2 * flat, (c.name + ".full").c_str());
     Kokkos::View<const T*> src;
     if (kept_.data()) {
-      src = typed<T>(kept_, 0, shard);
+      src = kept_;
     } else if (c.shard_comm.size() == 1) {
       // One rank per shard: the all-gather would only copy the cast shard;
       // cast into the compute buffer instead (one pass, no send block); the
@@ -53,7 +51,7 @@ class Gather16 final : public GatherWire {
   void finish(const ShardContext&, memory::Block&) override { send_.reset(); }
 
  private:
-  Kokkos::View<std::uint8_t*> kept_;  // the kept bf16/f16 shard, if any
+  Kokkos::View<T*> kept_;  // the kept bf16/f16 shard, if any
   memory::Block send_;                // the cast master while a gather is in flight
 };
 

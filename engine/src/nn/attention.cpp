@@ -258,10 +258,7 @@ CausalSelfAttention<T>::CausalSelfAttention(std::int64_t d_model, std::int64_t h
 
 template <class T>
 std::vector<ParamSpec> CausalSelfAttention<T>::param_specs() const {
-  std::vector<ParamSpec> s;
-  detail::append_prefixed(s, "qkv.", qkv_proj_.param_specs());
-  detail::append_prefixed(s, "proj.", out_proj_.param_specs());
-  return s;
+  return subs_.specs();
 }
 
 template <class T>
@@ -272,7 +269,7 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
   path_ = resolved_attention_impl<T>(shape.batch, shape.seq, d_, heads_);
   detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
   detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
-  qkv_proj_.forward(x, shape, detail::slice(params, 0, 2), qkv_);
+  qkv_proj_.forward(x, shape, subs_.params("qkv", params), qkv_);
   const std::int64_t probs = shape.batch * heads_ * shape.seq * shape.seq;
   if (path_ == AttentionImpl::fused) {
     prob_ = {};
@@ -291,7 +288,7 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
     detail::ensure_size(prob_, probs, "kshard::CausalSelfAttention::prob");
     detail::causal_attention_forward<T>(qkv_, prob_, ctx_, shape.batch, shape.seq, d_, heads_);
   }
-  out_proj_.forward(ctx_, shape, detail::slice(params, 2, 2), y);
+  out_proj_.forward(ctx_, shape, subs_.params("proj", params), y);
   shape_ = shape;
   saved_ = true;
 }
@@ -303,7 +300,7 @@ void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstView
   const std::int64_t rows = shape_.rows();
   auto dctx = detail::scratch<T>(rows * d_, "kshard::CausalSelfAttention::dctx");
   auto dqkv = detail::scratch<T>(rows * 3 * d_, "kshard::CausalSelfAttention::dqkv");
-  out_proj_.backward(dy, detail::slice(params, 2, 2), detail::slice(grads, 2, 2), dctx.view);
+  out_proj_.backward(dy, subs_.params("proj", params), subs_.grads("proj", grads), dctx.view);
   if (path_ == AttentionImpl::fused) {
     auto delta = detail::scratch<accum_t<T>>(static_cast<std::int64_t>(lse_.extent(0)),
                                              "kshard::CausalSelfAttention::delta");
@@ -322,7 +319,7 @@ void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstView
     detail::causal_attention_backward<T>(qkv_, prob_, dctx.view, dprob.view, dqkv.view,
                                          shape_.batch, shape_.seq, d_, heads_);
   }
-  qkv_proj_.backward(dqkv.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+  qkv_proj_.backward(dqkv.view, subs_.params("qkv", params), subs_.grads("qkv", grads), dx);
 }
 
 template <class T>

@@ -5,8 +5,10 @@
 //
 //   count_targets   over ALL rows first: every gradient divides by the number
 //                   of counted rows, so it must be known before any chunk;
-//   row_losses      per chunk: row_loss[r] and dlogits (may alias logits);
-//   mean_loss       after the last chunk: result(0) = sum of row_loss / counted.
+//   row_losses      per chunk: row_loss[r] and dlogits (may alias logits;
+//                   null: forward only, no gradient);
+//   mean_loss       after the last chunk: result(0) = sum of row_loss / counted
+//                   (mean = false: the sum itself).
 //
 // result = {mean loss, counted rows, bad targets} in device memory, written in
 // stream order on the default execution space instance (no host wait).
@@ -26,6 +28,7 @@ void row_losses(const T* logits, std::int64_t rows, std::int64_t vocab,
                 Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
                 Kokkos::View<const double*> result, Kokkos::View<double*> row_loss);
 
-void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> result);
+void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> result,
+               bool mean = true);
 
 }  // namespace kshard::detail::loss

@@ -141,28 +141,6 @@ void check_seq(const ActShape& shape, std::int64_t max_seq) {
 }
 }  // namespace
 
-namespace detail {
-template <class T>
-std::int64_t token_ids_from(Kokkos::View<const T*> x, std::int64_t vocab,
-                            Kokkos::View<std::int32_t*> ids) {
-  std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "kshard::token_ids_from", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(x.extent(0))),
-      KOKKOS_LAMBDA(std::int64_t r, std::int64_t& b) {
-        const auto v = to_accum(x(r));
-        const bool ok = v >= 0 && v < decltype(v)(vocab) && v == compat::floor(v);
-        ids(r) = ok ? static_cast<std::int32_t>(v) : -1;
-        b += ok ? 0 : 1;
-      },
-      bad);
-  return bad;
-}
-#define KSHARD_IDS_INSTANTIATE(T)                                                           \
-  template std::int64_t token_ids_from<T>(Kokkos::View<const T*>, std::int64_t,            \
-                                          Kokkos::View<std::int32_t*>);
-KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_IDS_INSTANTIATE)
-#undef KSHARD_IDS_INSTANTIATE
-}  // namespace detail
 
 template <class T>
 Embedding<T>::Embedding(std::int64_t vocab, std::int64_t d, std::int64_t max_seq,
@@ -185,25 +163,12 @@ std::vector<ParamSpec> Embedding<T>::param_specs() const {
 }
 
 template <class T>
-void Embedding<T>::forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
-                           Kokkos::View<T*> y) {
-  if constexpr (is_low_precision_v<T>) {
-    // A 16-bit id is exact only up to 256 (bf16) / 2048 (f16): ask for int32.
-    throw Error("Embedding<" + std::string(dtype_name(dtype_of<T>::value)) +
-                    ">::forward with ids stored as " + dtype_name(dtype_of<T>::value),
-                "int32 token ids through forward_tokens() (FsdpModel does this)");
-  } else {
-    // Ids travel as T: every id must be exactly representable.
-    if (static_cast<std::int64_t>(static_cast<T>(vocab_ - 1)) != vocab_ - 1)
-      throw Error("Embedding vocab=" + std::to_string(vocab_) +
-                      " is not exact in this scalar type",
-                  "vocab <= 2^24 for float ids (or int32 ids through forward_tokens)");
-    detail::check_forward<T>(*this, x, shape, params, y);
-    detail::ensure_size(ids_buf_, shape.rows(), "kshard::Embedding::ids");
-    check_ids(detail::token_ids_from<T>(x, vocab_, ids_buf_), vocab_);
-    check_seq(shape, max_seq_);
-    embed(ids_buf_, shape, params, y);
-  }
+void Embedding<T>::forward(Kokkos::View<const T*>, ActShape, const ConstViews&, Kokkos::View<T*>) {
+  // Ids stored as T are exact only up to 256 (bf16), 2048 (f16), 2^24 (f32):
+  // token ids are int32, always.
+  throw Error("Embedding<" + std::string(dtype_name(dtype_of<T>::value)) +
+                  ">::forward with token ids stored as " + dtype_name(dtype_of<T>::value),
+              "int32 token ids through forward_tokens() (FsdpModel::forward(ids) does this)");
 }
 
 template <class T>

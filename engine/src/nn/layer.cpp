@@ -83,14 +83,6 @@ void check_size(const std::string& who, const char* what, std::size_t have, std:
                 std::to_string(want) + " elements");
 }
 
-void append_prefixed(std::vector<ParamSpec>& out, const std::string& prefix,
-                     std::vector<ParamSpec> specs) {
-  for (auto& s : specs) {
-    s.name = prefix + s.name;
-    out.push_back(std::move(s));
-  }
-}
-
 namespace {
 template <class T, class V>
 void check_params(const Layer<T>& layer, const std::string& who, const char* what,

@@ -9,23 +9,19 @@ LayerNormLinear<T>::LayerNormLinear(std::int64_t in_features, std::int64_t out_f
 
 template <class T>
 std::vector<ParamSpec> LayerNormLinear<T>::param_specs() const {
-  std::vector<ParamSpec> s;
-  detail::append_prefixed(s, "ln.", ln_.param_specs());
-  detail::append_prefixed(s, "", fc_.param_specs());
-  return s;
+  return subs_.specs();
 }
 
 template <class T>
 void LayerNormLinear<T>::forward(Kokkos::View<const T*> x, ActShape shape,
                                  const ConstViews& params, Kokkos::View<T*> y) {
   detail::check_forward<T>(*this, x, shape, params, y);
-  const std::size_t nfc = params.size() - 2;
   {
     // fc_'s input lives for this forward only; backward rebuilds it (the
     // same kernel on the same input: bitwise equal).
     auto h = detail::scratch<T>(shape.numel(), "kshard::LayerNormLinear::h");
-    ln_.forward(x, shape, detail::slice(params, 0, 2), h.view);
-    fc_.forward(h.view, shape, detail::slice(params, 2, nfc), y);
+    ln_.forward(x, shape, subs_.params("ln", params), h.view);
+    fc_.forward(h.view, shape, subs_.params("", params), y);
   }
   x_ = x;
   shape_ = shape;
@@ -36,15 +32,14 @@ template <class T>
 void LayerNormLinear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
                                   const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
-  const std::size_t nfc = params.size() - 2;
   // One buffer: the rebuilt LayerNorm output, then (fc_ reads its input
   // before writing dx) the gradient w.r.t. it.
   auto h = detail::scratch<T>(shape_.numel(), "kshard::LayerNormLinear::h");
-  ln_.forward(x_, shape_, detail::slice(params, 0, 2), h.view);
+  ln_.forward(x_, shape_, subs_.params("ln", params), h.view);
   fc_.rebind_input(h.view);
   Kokkos::View<T*> dh = h.view;
-  fc_.backward(dy, detail::slice(params, 2, nfc), detail::slice(grads, 2, nfc), dh);
-  ln_.backward(dh, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+  fc_.backward(dy, subs_.params("", params), subs_.grads("", grads), dh);
+  ln_.backward(dh, subs_.params("ln", params), subs_.grads("ln", grads), dx);
 }
 
 template <class T>

@@ -12,11 +12,7 @@ LayerNormMLP<T>::LayerNormMLP(std::int64_t features, std::int64_t hidden, double
 
 template <class T>
 std::vector<ParamSpec> LayerNormMLP<T>::param_specs() const {
-  std::vector<ParamSpec> s;
-  detail::append_prefixed(s, "ln.", ln_.param_specs());
-  detail::append_prefixed(s, "fc1.", fc1_.param_specs());
-  detail::append_prefixed(s, "fc2.", fc2_.param_specs());
-  return s;
+  return subs_.specs();
 }
 
 template <class T>
@@ -31,7 +27,7 @@ void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Co
     // the same kernel (bitwise equal): one row-wise pass instead of a saved
     // [rows, d] per layer.
     auto h = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::h");
-    ln_.forward(x, shape, detail::slice(params, 0, 2), h.view);
+    ln_.forward(x, shape, subs_.params("ln", params), h.view);
     // The GELU output ([rows, hidden], the largest activation of the layer)
     // is not kept: backward recomputes it from the pre-activation a_ (one
     // elementwise pass) for fc2's weight gradient. Saves 4d per row per
@@ -40,12 +36,12 @@ void LayerNormMLP<T>::forward(Kokkos::View<const T*> x, ActShape shape, const Co
     // casts): fc1 writes only the pre-activation and g is never written.
     gelu_in_fc2_ = fc2_.fp8_runs(rows);
     if (gelu_in_fc2_) {
-      fc1_.forward(h.view, shape, detail::slice(params, 2, 2), a_);
-      fc2_.forward_fp8_of_gelu(a_, hidden_shape, detail::slice(params, 4, 2), y);
+      fc1_.forward(h.view, shape, subs_.params("fc1", params), a_);
+      fc2_.forward_fp8_of_gelu(a_, hidden_shape, subs_.params("fc2", params), y);
     } else {
       auto g = detail::scratch<T>(rows * hidden_, "kshard::LayerNormMLP::g");
-      fc1_.forward_gelu(h.view, shape, detail::slice(params, 2, 2), a_, g.view);
-      fc2_.forward(g.view, hidden_shape, detail::slice(params, 4, 2), y);
+      fc1_.forward_gelu(h.view, shape, subs_.params("fc1", params), a_, g.view);
+      fc2_.forward(g.view, hidden_shape, subs_.params("fc2", params), y);
     }
   }
   x_ = x;
@@ -67,16 +63,16 @@ void LayerNormMLP<T>::backward(Kokkos::View<const T*> dy, const ConstViews& para
     detail::gelu_forward<T>(a_, g.view);  // the forward's values (to rounding)
     fc2_.rebind_input(g.view);
   }
-  fc2_.backward(dy, detail::slice(params, 4, 2), detail::slice(grads, 4, 2), g.view);
+  fc2_.backward(dy, subs_.params("fc2", params), subs_.grads("fc2", grads), g.view);
   auto h = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::h");
-  ln_.forward(x_, shape_, detail::slice(params, 0, 2), h.view);  // bitwise the forward's
+  ln_.forward(x_, shape_, subs_.params("ln", params), h.view);  // bitwise the forward's
   fc1_.rebind_input(h.view);
   auto dh = detail::scratch<T>(rows * d_, "kshard::LayerNormMLP::dh");
   // g now holds dg, the gradient w.r.t. gelu(a_): on the fp8 path fc1's dy
   // casts apply GELU's backward as they load it; else it is written over dg.
-  fc1_.backward_through_gelu(g.view, a_, detail::slice(params, 2, 2), detail::slice(grads, 2, 2),
+  fc1_.backward_through_gelu(g.view, a_, subs_.params("fc1", params), subs_.grads("fc1", grads),
                              dh.view);
-  ln_.backward(dh.view, detail::slice(params, 0, 2), detail::slice(grads, 0, 2), dx);
+  ln_.backward(dh.view, subs_.params("ln", params), subs_.grads("ln", grads), dx);
 }
 
 template <class T>

@@ -44,12 +44,12 @@ inline Kokkos::TeamPolicy<> one_team() {
 #endif
 }
 
-// A target names a class when it is in [0, vocab) and integral; negative:
-// ignored row; anything else is bad (counted, treated as ignored).
+// A target names a class when it is in [0, vocab); negative: ignored row;
+// anything else is bad (counted, treated as ignored).
 template <class Target>
 KOKKOS_INLINE_FUNCTION bool target_ok(Target t, std::int64_t vocab) {
-  return t >= Target(0) && t < Target(vocab) &&
-         static_cast<Target>(static_cast<std::int64_t>(t)) == t;
+  static_assert(std::is_integral_v<Target>, "class ids are integers");
+  return t >= Target(0) && std::int64_t(t) < vocab;
 }
 
 // result(0) = mean loss, result(1) = counted rows, result(2) = bad targets,
@@ -80,7 +80,8 @@ void count_targets(Kokkos::View<const Target*> targets, std::int64_t vocab,
 
 // One team per row. dlogits may alias logits: each element is read (passes
 // 1-2, and pass 3 before its own write) only by the thread that writes it, and
-// the target's logit is read before any write (barrier).
+// the target's logit is read before any write (barrier). dlogits null: the
+// forward-only mode (row losses alone, no gradient written).
 template <class T, class Target>
 void row_losses(const T* logits, std::int64_t rows, std::int64_t vocab,
                 Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
@@ -88,18 +89,20 @@ void row_losses(const T* logits, std::int64_t rows, std::int64_t vocab,
   using A = accum_t<T>;
   // The backend's one-pass row kernel where it has one (cross_entropy_rows.hpp),
   // else the portable team kernel.
-  if (cross_entropy_rows<T, Target>(logits, rows, vocab, targets.data(), dlogits, grad_scale,
+  if (dlogits != nullptr &&
+      cross_entropy_rows<T, Target>(logits, rows, vocab, targets.data(), dlogits, grad_scale,
                                     result.data(), row_loss.data()))
     return;
   Kokkos::parallel_for(
       "kshard::cross_entropy", compat::row_team_policy(rows), KOKKOS_LAMBDA(const Team& team) {
         const std::int64_t r = team.league_rank();
         const T* l = logits + r * vocab;
-        T* dl = dlogits + r * vocab;
+        T* dl = dlogits != nullptr ? dlogits + r * vocab : nullptr;
         const Target tt = targets(r);
         if (!target_ok(tt, vocab)) {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
-                               [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
+          if (dl != nullptr)
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab),
+                                 [&](std::int64_t j) { dl[j] = from_accum<T>(A(0)); });
           Kokkos::single(Kokkos::PerTeam(team), [&]() { row_loss(r) = 0; });
           return;
         }
@@ -120,16 +123,17 @@ void row_losses(const T* logits, std::int64_t rows, std::int64_t vocab,
         const A lse = mx + compat::log(sum);
         const A lt = to_accum(l[t]);
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
-          const A p = compat::exp(to_accum(l[j]) - lse);
-          dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
-        });
+        if (dl != nullptr)
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, vocab), [&](std::int64_t j) {
+            const A p = compat::exp(to_accum(l[j]) - lse);
+            dl[j] = from_accum<T>(g * (p - (j == t ? A(1) : A(0))));
+          });
         Kokkos::single(Kokkos::PerTeam(team),
                        [&]() { row_loss(r) = static_cast<double>(lse - lt); });
       });
 }
 
-void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> result) {
+void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> result, bool mean) {
   const std::int64_t rows = static_cast<std::int64_t>(row_loss.extent(0));
   Kokkos::parallel_for(
       "kshard::cross_entropy_total", one_team(), KOKKOS_LAMBDA(const Team& team) {
@@ -137,7 +141,7 @@ void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> resul
         compat::team_reduce(
             team, rows, [&](std::int64_t r, double& s) { s += row_loss(r); }, total);
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          result(0) = result(1) > 0 ? total / result(1) : 0.0;
+          result(0) = !mean ? total : result(1) > 0 ? total / result(1) : 0.0;
         });
       });
 }
@@ -151,7 +155,7 @@ void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
                                         "kshard::cross_entropy.row_loss");
   Kokkos::View<double*> row_loss = block.view<double>(std::size_t(rows));
   row_losses<T, Target>(logits, rows, vocab, targets, dlogits, grad_scale, result, row_loss);
-  mean_loss(row_loss, result);
+  mean_loss(row_loss, result, dlogits != nullptr);
   // The row buffer goes back to the pool with the kernels queued: later users
   // are ordered after them (kshard/core/buffer_pool.hpp).
 }
@@ -221,7 +225,29 @@ double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std:
   return cross_entropy_result(result, rows, vocab);
 }
 
+template <class T, class Target>
+CrossEntropySum cross_entropy_sum(Kokkos::View<const T*> logits, std::int64_t rows,
+                                  std::int64_t vocab, Kokkos::View<const Target*> targets) {
+  const std::string who = "cross_entropy_sum(rows=" + std::to_string(rows) +
+                          ", vocab=" + std::to_string(vocab) + ")";
+  if (rows <= 0 || vocab <= 0) throw Error(who, "rows > 0 and vocab > 0");
+  detail::check_size(who, "logits", logits.extent(0), rows * vocab);
+  detail::check_size(who, "targets", targets.extent(0), rows);
+  memory::Block block = memory::acquire(3 * sizeof(double), "kshard::cross_entropy.result");
+  auto result = block.view<double>(3);
+  // dlogits null: the forward-only mode, and the total instead of the mean.
+  detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, nullptr, 1.0,
+                                         result);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result);
+  if (h(2) != 0)
+    throw Error(who + ": " + std::to_string(std::int64_t(h(2))) + " targets are >= vocab",
+                "targets in [0, vocab), or negative to ignore a row");
+  return CrossEntropySum{h(0), std::int64_t(h(1))};
+}
+
 #define KSHARD_CE_INSTANTIATE(T, Target)                                                  \
+  template CrossEntropySum cross_entropy_sum<T, Target>(                                  \
+      Kokkos::View<const T*>, std::int64_t, std::int64_t, Kokkos::View<const Target*>);   \
   template double cross_entropy_loss<T, Target>(Kokkos::View<const T*>, std::int64_t,     \
                                                 std::int64_t, Kokkos::View<const Target*>, \
                                                 Kokkos::View<T*>, double);                 \

@@ -2,11 +2,6 @@
 
 namespace kshard {
 
-// Parameter slices of the three sub-layers, in spec order.
-namespace {
-constexpr std::size_t kLn1 = 0, kLn1N = 2, kAttn = 2, kAttnN = 4, kMlp = 6, kMlpN = 6;
-}
-
 template <class T>
 TransformerLayer<T>::TransformerLayer(std::int64_t d_model, std::int64_t heads,
                                       std::int64_t d_ff, double eps)
@@ -14,11 +9,7 @@ TransformerLayer<T>::TransformerLayer(std::int64_t d_model, std::int64_t heads,
 
 template <class T>
 std::vector<ParamSpec> TransformerLayer<T>::param_specs() const {
-  std::vector<ParamSpec> s;
-  detail::append_prefixed(s, "ln1.", ln1_.param_specs());
-  detail::append_prefixed(s, "attn.", attn_.param_specs());
-  detail::append_prefixed(s, "mlp.", mlp_.param_specs());
-  return s;
+  return subs_.specs();
 }
 
 template <class T>
@@ -32,13 +23,13 @@ void TransformerLayer<T>::forward(Kokkos::View<const T*> x, ActShape shape,
     // (needed only for the residual sum) live in pool scratch for this
     // forward only; backward rebuilds LN1's output (see backward).
     auto h1 = detail::scratch<T>(n, "kshard::TransformerLayer::h1");
-    ln1_.forward(x, shape, detail::slice(params, kLn1, kLn1N), h1.view);
+    ln1_.forward(x, shape, subs_.params("ln1", params), h1.view);
     auto a = detail::scratch<T>(n, "kshard::TransformerLayer::a");
-    attn_.forward(h1.view, shape, detail::slice(params, kAttn, kAttnN), a.view);
+    attn_.forward(h1.view, shape, subs_.params("attn", params), a.view);
     detail::add<T>(x, a.view, x1_);
   }
   x_ = x;
-  mlp_.forward(x1_, shape, detail::slice(params, kMlp, kMlpN), y);
+  mlp_.forward(x1_, shape, subs_.params("mlp", params), y);
   detail::add<T>(x1_, y, y);
   shape_ = shape;
   saved_ = true;
@@ -53,16 +44,15 @@ void TransformerLayer<T>::backward(Kokkos::View<const T*> dy, const ConstViews& 
   auto dhs = detail::scratch<T>(n, "kshard::TransformerLayer::dh");
   Kokkos::View<T*> dx1 = dx1s.view, dh = dhs.view;
   // y = x1 + mlp(x1): dx1 = dy + mlp'(dy)
-  mlp_.backward(dy, detail::slice(params, kMlp, kMlpN), detail::slice(grads, kMlp, kMlpN), dx1);
+  mlp_.backward(dy, subs_.params("mlp", params), subs_.grads("mlp", grads), dx1);
   detail::add<T>(dx1, dy, dx1);
   // x1 = x + attn(ln1(x)): dx = dx1 + ln1'(attn'(dx1)). LN1's output again,
   // by the same kernel on the same input: bitwise the forward's.
   auto h1 = detail::scratch<T>(n, "kshard::TransformerLayer::h1");
-  ln1_.forward(x_, shape_, detail::slice(params, kLn1, kLn1N), h1.view);
+  ln1_.forward(x_, shape_, subs_.params("ln1", params), h1.view);
   attn_.rebind_input(h1.view);
-  attn_.backward(dx1, detail::slice(params, kAttn, kAttnN), detail::slice(grads, kAttn, kAttnN),
-                 dh);
-  ln1_.backward(dh, detail::slice(params, kLn1, kLn1N), detail::slice(grads, kLn1, kLn1N), dx);
+  attn_.backward(dx1, subs_.params("attn", params), subs_.grads("attn", grads), dh);
+  ln1_.backward(dh, subs_.params("ln1", params), subs_.grads("ln1", grads), dx);
   detail::add<T>(dx, dx1, dx);
 }
 

@@ -29,9 +29,8 @@ bool cross_entropy_rows(const T* logits, std::int64_t rows, std::int64_t vocab,
 /// The (logits, target) type pairs of the cross-entropy loss: M(T, Target)
 /// for each, so that loss.cpp and every backend instantiate the same list.
 #define KSHARD_FOR_EACH_CE_PAIR(M)                                                       \
-  M(float, std::int32_t) M(float, std::int64_t) M(float, float) M(double, std::int32_t)   \
-  M(double, std::int64_t) M(double, double) M(bfloat16_t, std::int32_t)                   \
-  M(float16_t, std::int32_t)
+  M(float, std::int32_t) M(float, std::int64_t) M(double, std::int32_t)                  \
+  M(double, std::int64_t) M(bfloat16_t, std::int32_t) M(float16_t, std::int32_t)
 
 /// A backend's explicit instantiation of cross_entropy_rows for one pair.
 #define KSHARD_INSTANTIATE_CE_ROWS(T, Target)                                            \

@@ -110,9 +110,12 @@ class FusedAdam {
   FusedAdam& operator=(FusedAdam&&) = default;
 
   /// Registers one FSDP unit: its f32 master shard, f32 gradient shard and,
-  /// when the group keeps one, its 16-bit copy (ShardedGroup::model_param()).
-  /// The group must outlive the optimizer. Collective over world. Returns the
-  /// group index.
+  /// when the group keeps one, its 16-bit copy
+  /// (ShardedGroup::low_precision_shard()), as plain Views: the optimizer
+  /// keeps no pointer to the group. The gradient shard is read as it is in
+  /// memory: a lazy zero_grad() is written by ShardedGroup::settle_grad() /
+  /// FsdpModel::prepare_optimizer_step() before step(). Collective over
+  /// world. Returns the group index.
   int add_group(const ShardedGroup& group);
   /// Registers one flat shard given by its buffers (sizes may be 0), for
   /// shards that do not live in a ShardedGroup (tests, benchmarks).
@@ -156,11 +159,7 @@ class FusedAdam {
     Kokkos::View<float*> master, grad;
     LowPrecisionShard model;
     AdamGroupState state;
-    // The unit the buffers came from, if any: its gradient shard may still be
-    // pending zero (ShardedGroup::zero_grad is lazy) and is materialized first.
-    const ShardedGroup* owner = nullptr;
   };
-  void materialize_pending_grads() const;
   const Group& group(int g, const char* who) const;
   GradStats collect_stats(float loss_scale, double max_grad_norm);
   GradStats agree_stats(double sum, double nonfinite, float loss_scale, double max_grad_norm);

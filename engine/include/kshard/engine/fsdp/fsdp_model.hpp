@@ -10,8 +10,9 @@
 //   kshard::FsdpModel model(mesh, defs, kshard::Recipe::parse("bf16"));
 //   model.init_parameters(seed);
 //   double loss = model.forward_backward_ce(token_ids, {batch, seq, 1}, targets);
+//   GradShardStats local = model.prepare_optimizer_step();
 //   // then the optimizer steps every group's shard (kshard::optim), and
-//   model.after_optimizer_step();
+//   model.finish_optimizer_step();
 //
 // Forward: unit i is unsharded (ONE all-gather) before its forward; unit i+1's
 // all-gather is started before unit i computes (prefetch); with
@@ -40,6 +41,7 @@
 
 #include "kshard/engine/nn/layer.hpp"
 #include "kshard/engine/nn/layer_def.hpp"
+#include "kshard/engine/fsdp/memory_footprint.hpp"
 #include "kshard/engine/fsdp/recipe.hpp"
 #include "kshard/engine/fsdp/sharded_group.hpp"
 
@@ -87,6 +89,7 @@ class FsdpModel {
 
   std::size_t num_units() const noexcept { return groups_.size(); }
   ShardedGroup& group(std::size_t i) { return groups_.at(i); }
+  const ShardedGroup& group(std::size_t i) const { return groups_.at(i); }
   /// "TransformerLayer", ... of unit i.
   std::string layer_kind(std::size_t i) const;
   const Recipe& recipe() const noexcept { return recipe_; }
@@ -96,7 +99,7 @@ class FsdpModel {
   void init_parameters(std::uint64_t seed);
 
   /// Runs every unit's forward on f32 features (rounded to the compute dtype;
-  /// for a model that starts with an Embedding: token ids stored as floats).
+  /// a model that starts with an Embedding takes int32 ids, below: kshard::Error).
   /// Returns the output as f32 (a copy for 16-bit compute), valid until the
   /// next forward. x must stay unchanged until backward.
   Kokkos::View<const float*> forward(Kokkos::View<const float*> x, ActShape shape);
@@ -135,15 +138,17 @@ class FsdpModel {
                              bool sync = true);
 
   void zero_grad();
-  /// This rank's gradient statistics over all units (see
+  /// Before an optimizer step: writes every unit's pending lazy zero_grad
+  /// (ShardedGroup::settle_grad: a unit no reduction reached since) and
+  /// returns this rank's gradient statistics over all units (see
   /// ShardedGroup::grad_stats): feed them to FusedAdam::combine_stats() and
   /// apply() to step without re-reading the gradients.
-  GradShardStats local_grad_stats() const;
-  /// Re-derive the low-precision shards the optimizer did not write
-  /// (fp8_init); under delayed fp8 scaling, max-reduce this step's amaxes
-  /// over all ranks and move every scale to its history (collective: every
-  /// rank calls it once per optimizer step, skipped steps included).
-  void after_optimizer_step();
+  GradShardStats prepare_optimizer_step();
+  /// After it: re-derives the low-precision shards the optimizer did not
+  /// write (fp8_init); under delayed fp8 scaling, max-reduces this step's
+  /// amaxes over all ranks and moves every scale to its history (collective:
+  /// every rank calls it once per optimizer step, skipped steps included).
+  void finish_optimizer_step();
   /// Delayed fp8 scaling's state (scales, amax histories, history position;
   /// Fp8AmaxHistory::state), the same on every rank; empty for other recipes.
   /// Checkpoints keep it, so a resumed run scales as the uninterrupted one.
@@ -152,13 +157,9 @@ class FsdpModel {
   void set_fp8_state(const std::vector<float>& state);
 
   /// Parameters of the whole model.
-  std::int64_t num_parameters() const;
-  /// Bytes of master + grad (+ low-precision) shards on this rank.
-  std::size_t persistent_bytes() const;
-  /// Bytes of the largest unit when unsharded (compute buffer, plus the fp8 gather).
-  std::size_t max_unit_bytes() const;
-  /// Every unit's f32 master parameters, all-gathered (for tests and export).
-  std::vector<std::vector<float>> gather_master_parameters() const;
+  std::int64_t num_parameters() const { return memory_footprint().parameters; }
+  /// Parameters, persistent shard bytes on this rank, the largest unsharded unit.
+  MemoryFootprint memory_footprint() const { return MemoryFootprint::of(groups_); }
 
  private:
   void build_groups();
@@ -168,7 +169,7 @@ class FsdpModel {
   FsdpOptions options_;
   std::vector<ShardedGroup> groups_;
   std::unique_ptr<detail::FsdpCoreBase> core_;
-  Kokkos::View<double*> stats_total_;  // device scratch of local_grad_stats()
+  Kokkos::View<double*> stats_total_;  // device scratch of prepare_optimizer_step()
   std::unique_ptr<Fp8AmaxHistory> fp8_history_;  // delayed fp8 scaling only
 };
 

@@ -4,17 +4,15 @@
 // next all-gather can send it as is (no cast pass per unshard).
 //
 // The one description of such a copy, shared by the engine (ShardedGroup,
-// which owns it) and the optimizer (FusedAdam, which writes it): before, each
-// side had its own type and a training loop had to translate between them.
-// A training loop never builds one: FusedAdam::add_group(ShardedGroup&)
-// reads it from the group. The View constructors are for code that owns a
-// copy of its own (tests, benchmarks); they keep the memory alive.
+// which owns it) and the optimizer (FusedAdam, which writes it). A training
+// loop never builds one: FusedAdam::add_group(ShardedGroup&) reads it from
+// the group. It holds a typed View (sharing the memory, keeping it alive):
 //
-//   kshard::LowPrecisionShard none;                          // no copy
+//   kshard::LowPrecisionShard none;                                   // no copy
 //   kshard::LowPrecisionShard copy(Kokkos::View<kshard::bfloat16_t*>("m", n));
-//   kshard::LowPrecisionShard raw = kshard::LowPrecisionShard::raw(DType::f16, ptr, n);
+//   if (copy.present() && copy.dtype() == kshard::DType::bf16) use(copy.bf16());
 //
-// The memory must be that of the default execution space.
+// The memory is that of the default execution space.
 #include <cstddef>
 
 #include <Kokkos_Core.hpp>
@@ -24,30 +22,26 @@
 
 namespace kshard {
 
-struct LowPrecisionShard {
-  DType dtype = DType::f32;  ///< bf16 or f16 when present
-  void* data = nullptr;      ///< nullptr: no copy (or an empty one)
-  std::size_t count = 0;     ///< elements
-  bool present = false;
-
+class LowPrecisionShard {
+ public:
   LowPrecisionShard() = default;  // none
   LowPrecisionShard(Kokkos::View<bfloat16_t*> v)  // NOLINT: implicit on purpose
-      : dtype(DType::bf16), data(v.data()), count(v.size()), present(true), bf16_(std::move(v)) {}
+      : dtype_(DType::bf16), present_(true), bf16_(std::move(v)) {}
   LowPrecisionShard(Kokkos::View<float16_t*> v)  // NOLINT
-      : dtype(DType::f16), data(v.data()), count(v.size()), present(true), f16_(std::move(v)) {}
-  /// A copy whose memory the caller keeps alive. FusedAdam::add_group checks
-  /// dtype (bf16 or f16), size and a non-null pointer.
-  static LowPrecisionShard raw(DType dtype, void* data, std::size_t count) {
-    LowPrecisionShard s;
-    s.dtype = dtype;
-    s.data = data;
-    s.count = count;
-    s.present = true;
-    return s;
-  }
+      : dtype_(DType::f16), present_(true), f16_(std::move(v)) {}
+
+  bool present() const noexcept { return present_; }
+  /// bf16 or f16 when present; f32 (the master's) when there is no copy.
+  DType dtype() const noexcept { return dtype_; }
+  std::size_t count() const noexcept { return dtype_ == DType::f16 ? f16_.size() : bf16_.size(); }
+  /// The copy as a View of its dtype (an empty View for the other dtype).
+  const Kokkos::View<bfloat16_t*>& bf16() const noexcept { return bf16_; }
+  const Kokkos::View<float16_t*>& f16() const noexcept { return f16_; }
 
  private:
-  Kokkos::View<bfloat16_t*> bf16_;  // keep-alive handles of the View constructors
+  DType dtype_ = DType::f32;
+  bool present_ = false;
+  Kokkos::View<bfloat16_t*> bf16_;
   Kokkos::View<float16_t*> f16_;
 };
 

@@ -54,6 +54,22 @@ class GatherWire;
 class ReduceWire;
 }  // namespace detail
 
+/// Where a group's parameters are (FSDP2's ShardedState): sharded (only the
+/// shards exist), gathering (the all-gather is in flight), unsharded (the
+/// full parameters are in the compute buffer).
+enum class ParamState { sharded, gathering, unsharded };
+/// Where its gradients are (the gradient half of FSDP2's TrainingState):
+/// none held unsharded, accumulating (backward writes the unsharded
+/// gradient; no_sync micro-batches add to it), reducing (the reduce-scatter
+/// is in flight).
+enum class GradState { none, accumulating, reducing };
+/// The gradient shard between steps: current, or zero pending (zero_grad()
+/// is lazy: the next reduction writes the shard instead of adding to it).
+enum class ShardGrad { current, zero_pending };
+
+const char* state_name(ParamState s) noexcept;
+const char* state_name(GradState s) noexcept;
+
 class ShardedGroup {
  public:
   /// keep_low_precision_shard (bf16/fp16 recipes): keep a 16-bit copy of the
@@ -80,25 +96,35 @@ class ShardedGroup {
   void set_full_parameters(Kokkos::View<const float*> flat);
 
   Kokkos::View<float*> master() const noexcept { return master_; }
-  /// The f32 gradient shard (zeroed first if zero_grad() left it pending).
-  Kokkos::View<float*> grad() const;
+  /// The f32 gradient shard as it is in memory: while shard_grad() is
+  /// zero_pending it still holds the values before zero_grad() (settle_grad()
+  /// writes the zeros).
+  Kokkos::View<float*> grad() const noexcept { return grad_; }
+  /// Writes a pending zero_grad() into the shard (nothing if none is
+  /// pending): what a reader of grad() calls first, e.g. before an optimizer
+  /// step (FsdpModel::prepare_optimizer_step does it for every unit).
+  void settle_grad();
+  ShardGrad shard_grad() const noexcept { return shard_grad_; }
   /// The low-precision shard the optimizer's kernel keeps equal to
   /// cast(master) (bf16/f16 recipes with keep_low_precision_shard); none
-  /// (data == nullptr) otherwise. FusedAdam::add_group(ShardedGroup&) reads it.
-  LowPrecisionShard model_param() const noexcept;
+  /// (present() false) otherwise. FusedAdam::add_group(ShardedGroup&) reads it.
+  LowPrecisionShard low_precision_shard() const noexcept;
   /// Re-derives the low-precision shard from the master (after init, after an
   /// optimizer step that did not write it, and for fp8_init: re-quantize).
   void refresh_low_precision();
 
   // ---- unshard / reshard ----
+  // sharded --start_unshard--> gathering --finish_unshard--> unsharded
+  // --reshard--> sharded. Each call is a no-op from the state it leads to;
+  // finish_unshard from sharded starts first; reshard while gathering
+  // completes the collective first (a collective in flight must complete).
   void start_unshard();
   void finish_unshard();
   void unshard() {
     start_unshard();
     finish_unshard();
   }
-  bool unshard_pending() const noexcept { return gather_req_.pending() || gather_started_; }
-  bool is_unsharded() const noexcept { return unsharded_; }
+  ParamState param_state() const noexcept { return param_state_; }
   /// Full parameters (Views of the compute buffer) in the compute dtype T
   /// (recipe().compute_dtype; else kshard::Error), valid while unsharded.
   template <class T>
@@ -106,32 +132,34 @@ class ShardedGroup {
   /// The whole compute buffer (padded) in the compute dtype, while unsharded.
   template <class T>
   Kokkos::View<const T*> flat_params() const;
-  /// The compute buffer upcast to f32 (a copy; tests and export).
-  Kokkos::View<float*> flat_params_f32() const;
   void reshard();
 
   // ---- gradients ----
+  // none --unsharded_grads--> accumulating --start_reduce_grads--> reducing
+  // --finish_reduce_grads--> none. unsharded_grads while reducing is a
+  // kshard::Error (the buffer is in flight); start/finish from an earlier
+  // state run the steps before them (a rank with nothing to add still takes
+  // part in the collective, with zeros).
   /// Full-size f32 gradient Views (acquired and zeroed on first use; kept
   /// across backward passes until reduced, so no_sync micro-batches accumulate).
   /// With one rank per shard, one replica and an f32 reduction they are Views
   /// of the gradient shard itself (nothing to reduce: no second buffer); a
   /// zero_grad() before the reduction then also drops what they accumulated.
   const std::vector<Kokkos::View<float*>>& unsharded_grads();
-  bool has_unsharded_grads() const noexcept { return !grad_views_.empty(); }
+  GradState grad_state() const noexcept { return grad_state_; }
   void start_reduce_grads();
   void finish_reduce_grads();
   void reduce_grads() {
     start_reduce_grads();
     finish_reduce_grads();
   }
-  /// Zeroes the gradient shard lazily: the next reduction WRITES the shard
-  /// instead of adding to it (f32 reduce dtype: the reduce-scatter lands in the
-  /// shard itself), which saves a fill and a read of every element per step.
-  /// grad() and FsdpModel::local_grad_stats() zero a shard still pending; a
-  /// View of the shard taken before zero_grad() shows the old values until
-  /// one of those or a reduction runs.
+  /// Zeroes the gradient shard lazily (shard_grad() becomes zero_pending):
+  /// the next reduction WRITES the shard instead of adding to it (f32 reduce
+  /// dtype: the reduce-scatter lands in the shard itself), which saves a fill
+  /// and a read of every element per step; settle_grad() writes the zeros
+  /// where no reduction came. Gradients accumulating unsharded are dropped
+  /// too (FSDP2's zero_grad); while reducing it is a kshard::Error.
   void zero_grad();
-  bool grad_zero_pending() const noexcept { return grad_zero_pending_; }
   /// Sum of squares and inf/NaN count of the gradient shard as the group last
   /// wrote it (computed in the same kernel that accumulates each reduction;
   /// zero after zero_grad()), so the optimizer need not read it again.
@@ -154,6 +182,8 @@ class ShardedGroup {
   /// The state the wire formats work on (built per call: the group is movable).
   detail::ShardContext context() const;
   void check_compute_type(DType t, const char* what) const;
+  [[noreturn]] void bad_transition(const char* what, const char* state,
+                                   const char* expected) const;
 
   std::string name_;
   Recipe recipe_;
@@ -170,18 +200,17 @@ class ShardedGroup {
   std::unique_ptr<detail::ReduceWire> reduce_wire_;
 
   // Unsharded state (pool blocks).
+  ParamState param_state_ = ParamState::sharded;
   memory::Block compute_;   // the full parameters in the compute dtype
-  Request gather_req_;
-  bool gather_started_ = false;
-  bool unsharded_ = false;
+  Request gather_req_;      // while gathering
 
   // Gradient reduction.
+  GradState grad_state_ = GradState::none;
+  ShardGrad shard_grad_ = ShardGrad::current;
   memory::Block grad_full_;  // f32 unsharded gradient (unless grads_in_shard_)
   std::vector<Kokkos::View<float*>> grad_views_;
   bool grads_in_shard_ = false;  // grad_views_ are Views of grad_ (accumulates_in_shard)
   Request reduce_req_;
-  bool reduce_started_ = false;
-  mutable bool grad_zero_pending_ = false;  // zero_grad() without a fill yet
   GradWrite reduce_write_ = GradWrite::add;  // how the reduction in flight lands in grad_
   Kokkos::View<double*> grad_stats_;  // {sum of squares, inf/NaN count} on the device
 };

@@ -25,6 +25,7 @@
 // softmax per layer instead of B*H*T*T elements per layer alive from forward
 // to backward (the default for f32 on CUDA).
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/sub_layers.hpp"
 
 namespace kshard {
 
@@ -71,14 +72,8 @@ class CausalSelfAttention final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
-  void set_fp8_policy(const Fp8Policy& p) override {
-    qkv_proj_.set_fp8_policy(p);
-    out_proj_.set_fp8_policy(p);
-  }
-  void fp8_scales(std::vector<Fp8Scale*>& out) override {
-    qkv_proj_.fp8_scales(out);
-    out_proj_.fp8_scales(out);
-  }
+  void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
   /// Points the saved forward input (the qkv projection's, the only user of
   /// it in backward) at `x`, an equal recomputed copy: see Linear::rebind_input.
   void rebind_input(Kokkos::View<const T*> x) { qkv_proj_.rebind_input(x); }
@@ -86,6 +81,7 @@ class CausalSelfAttention final : public Layer<T> {
  private:
   std::int64_t d_, heads_;
   Linear<T> qkv_proj_, out_proj_;
+  SubLayers<T> subs_{{"qkv", &qkv_proj_}, {"proj", &out_proj_}};
   bool saved_ = false;
   AttentionImpl path_ = AttentionImpl::fused;  // the path of the saved forward
   ActShape shape_{};

@@ -1,20 +1,20 @@
 #pragma once
 // Embedding: token ids -> vectors, optionally plus learned position vectors.
 //   y[r, :] = weight[id_r, :] (+ position[r % seq, :])
-// The input holds one token id per row (features = 1): int32 ids through
-// forward_tokens() (what FsdpModel feeds it), or, for float/double, ids stored
-// as T through forward(), so an Embedding can also sit in a plain layer stack.
-// Ids must be integers in [0, vocab) (checked, kshard::Error). dx is written
-// as zeros: ids have no gradient.
+// The input holds one int32 token id per row (features = 1), through
+// forward_tokens() (what FsdpModel::forward(ids) feeds it); forward() on ids
+// stored as T is an error (not every id is exact in T). Ids must be in
+// [0, vocab) (checked, kshard::Error). dx is written as zeros: ids have no
+// gradient.
 // Params: "weight" [vocab, d] ~ N(0, 0.02) (GPT-2's init), and with
 // max_seq > 0 also "position" [max_seq, d] ~ N(0, 0.02); seq must be <= max_seq.
 //
 //   kshard::Embedding<float> emb(/*vocab=*/50257, /*d=*/768, /*max_seq=*/1024);
-//   emb.forward(ids, {batch, seq, 1}, params, y);   // y: [batch*seq, 768]
+//   emb.forward_tokens(ids, {batch, seq, 1}, params, y);   // y: [batch*seq, 768]
 //
-// Backward scatters dy into the f32 (accum_t<T>) dweight with atomic adds
-// (repeated ids add up; on GPUs the order, so the last bits, may vary);
-// dposition sums dy over the batch.
+// Backward adds dy into the f32 (accum_t<T>) dweight, each id's rows summed
+// in row order (no float atomics: bitwise reproducible); dposition sums dy
+// over the batch.
 #include "kshard/engine/nn/layer.hpp"
 
 namespace kshard {
@@ -34,7 +34,8 @@ class Embedding final : public Layer<T> {
   std::int64_t vocab() const { return vocab_; }
   std::int64_t max_seq() const { return max_seq_; }
 
-  /// x: token ids as T (exact integers in [0, vocab); float/double only).
+  /// Throws kshard::Error: token ids are int32 (forward_tokens), never
+  /// stored as T.
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
   bool takes_token_ids() const override { return true; }
@@ -50,19 +51,11 @@ class Embedding final : public Layer<T> {
   bool saved_ = false;
   ActShape shape_{};
   Kokkos::View<const std::int32_t*> ids_;  // handle to the forward's ids
-  Kokkos::View<std::int32_t*> ids_buf_;    // ids converted from T by forward()
 
   // The lookup on validated ids and shapes; saves the forward.
   void embed(Kokkos::View<const std::int32_t*> ids, ActShape shape, const ConstViews& params,
              Kokkos::View<T*> y);
 };
-
-namespace detail {
-/// ids[r] = int32(x[r]); returns how many x[r] are not integers in [0, vocab).
-template <class T>
-std::int64_t token_ids_from(Kokkos::View<const T*> x, std::int64_t vocab,
-                            Kokkos::View<std::int32_t*> ids);
-}  // namespace detail
 
 #define KSHARD_EXTERN_LAYER(T) extern template class Embedding<T>;
 KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_EXTERN_LAYER)

@@ -12,7 +12,7 @@
 //            it had in the last amax_history_len steps (their max, or the
 //            most recent), so the cast needs no amax pass first; the amaxes
 //            of a step are max-reduced over all ranks before the update
-//            (FsdpModel::after_optimizer_step), so every rank uses the same
+//            (FsdpModel::finish_optimizer_step), so every rank uses the same
 //            scales. Scales are powers of two (TE's are not): exact to apply,
 //            bit-identical on host and device.
 //   block    block scaling (TE's Float8BlockScaling, DeepSeek-V3's recipe):

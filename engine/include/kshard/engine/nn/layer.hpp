@@ -113,6 +113,14 @@ class Layer {
   /// gradients accumulate): what lets a loss run the LM head in row chunks
   /// (chunked_cross_entropy.hpp) without keeping all of its output.
   virtual bool rows_independent() const { return false; }
+  /// Activation elements per row (token) kept between forward and backward,
+  /// in the compute dtype, counting the output the next layer reads: what
+  /// a memory estimate charges per token before anything is allocated. The
+  /// default (input + output) fits a layer that keeps its input and writes
+  /// its output; composites that keep more say so.
+  virtual double saved_elements_per_row() const {
+    return double(in_features()) + double(out_features());
+  }
   /// Sets how this layer's Linear products compute in fp8 (nn/fp8_policy.hpp):
   /// a Linear in bf16 keeps it, composite layers pass it to their Linears,
   /// every other layer ignores it. The model calls this from its Recipe.
@@ -185,16 +193,6 @@ Scratch<T> scratch(std::int64_t n, const char* label) {
   s.view = s.block.template view<T>(std::size_t(n));
   return s;
 }
-
-/// Elements [first, first + n) of a View list (a sub-layer's parameters).
-template <class V>
-std::vector<V> slice(const std::vector<V>& v, std::size_t first, std::size_t n) {
-  return std::vector<V>(v.begin() + first, v.begin() + first + n);
-}
-
-/// Sub-layer specs with their names prefixed, e.g. "ln." + "gamma".
-void append_prefixed(std::vector<ParamSpec>& out, const std::string& prefix,
-                     std::vector<ParamSpec> specs);
 
 // Elementwise helpers shared by the layers (layer.cpp).
 /// y[r, c] += b[c]

@@ -7,6 +7,7 @@
 //   lnl.forward(x, {batch, seq, 768}, params, y);
 #include "kshard/engine/nn/layer_norm.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/sub_layers.hpp"
 
 namespace kshard {
 
@@ -29,15 +30,15 @@ class LayerNormLinear final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
-  void set_fp8_policy(const Fp8Policy& p) override {
-    fc_.set_fp8_policy(p);
-  }
-  void fp8_scales(std::vector<Fp8Scale*>& out) override { fc_.fp8_scales(out); }
+  void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
   bool rows_independent() const override { return true; }
 
  private:
   LayerNorm<T> ln_;
   Linear<T> fc_;
+  // The Linear's names unprefixed ("weight", "bias"), as TE's LayerNormLinear.
+  SubLayers<T> subs_{{"ln", &ln_}, {"", &fc_}};
   bool saved_ = false;
   ActShape shape_{};
   // The forward input (the LayerNorm's, kept by the caller for its backward

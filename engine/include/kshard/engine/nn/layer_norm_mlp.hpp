@@ -9,6 +9,7 @@
 //   mlp.forward(x, {batch, seq, 768}, params, y);
 #include "kshard/engine/nn/layer_norm.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/sub_layers.hpp"
 
 namespace kshard {
 
@@ -31,20 +32,15 @@ class LayerNormMLP final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
-  void set_fp8_policy(const Fp8Policy& p) override {
-    fc1_.set_fp8_policy(p);
-    fc2_.set_fp8_policy(p);
-  }
-  void fp8_scales(std::vector<Fp8Scale*>& out) override {
-    fc1_.fp8_scales(out);
-    fc2_.fp8_scales(out);
-  }
+  void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
   bool rows_independent() const override { return true; }
 
  private:
   std::int64_t d_, hidden_;
   LayerNorm<T> ln_;
   Linear<T> fc1_, fc2_;
+  SubLayers<T> subs_{{"ln", &ln_}, {"fc1", &fc1_}, {"fc2", &fc2_}};
   bool saved_ = false;
   ActShape shape_{};
   // The forward input (the LayerNorm's, kept by the caller for its backward

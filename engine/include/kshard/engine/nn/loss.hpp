@@ -29,8 +29,8 @@ double mse_loss(Kokkos::View<const T*> pred,
 /// Softmax cross-entropy over logits [rows, vocab] (row-major) with one
 /// integer class per row; mean over the rows whose target is >= 0 (a
 /// negative target, e.g. -100 as in PyTorch, marks a padding row: no loss, zero
-/// gradient). Targets >= vocab throw kshard::Error. Target types: int32,
-/// int64, or T (token ids stored like Embedding's input).
+/// gradient). Targets >= vocab throw kshard::Error. Target types: int32
+/// or int64 (class ids are integers; there is no floating-point id path).
 /// dlogits = (softmax(logits) - onehot(target)) / counted_rows. dlogits may
 /// be logits itself (in place: no second logits-sized buffer).
 template <class T, class Target>
@@ -50,5 +50,20 @@ void cross_entropy_loss_async(Kokkos::View<const T*> logits, std::int64_t rows,
                               Kokkos::View<double*> result);
 double cross_entropy_result(Kokkos::View<const double*> result, std::int64_t rows,
                             std::int64_t vocab);
+
+/// The forward-only mode (evaluation): the sum over the rows whose target is
+/// >= 0 of each row's softmax cross-entropy, and how many rows that is; no
+/// gradient is written. The per-row loss is the one cross_entropy_loss
+/// computes (its kernels, accum_t<T> arithmetic), so an evaluation and a
+/// training step agree on every row; a row's value does not depend on how
+/// rows are spread over chunks or ranks. Targets >= vocab throw
+/// kshard::Error. Waits for the device.
+struct CrossEntropySum {
+  double sum = 0;         ///< of the counted rows' losses
+  std::int64_t rows = 0;  ///< counted rows (target >= 0)
+};
+template <class T, class Target>
+CrossEntropySum cross_entropy_sum(Kokkos::View<const T*> logits, std::int64_t rows,
+                                  std::int64_t vocab, Kokkos::View<const Target*> targets);
 
 }  // namespace kshard

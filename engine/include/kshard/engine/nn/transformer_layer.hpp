@@ -15,6 +15,7 @@
 #include "kshard/engine/nn/attention.hpp"
 #include "kshard/engine/nn/layer_norm.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
+#include "kshard/engine/nn/sub_layers.hpp"
 
 namespace kshard {
 
@@ -39,20 +40,20 @@ class TransformerLayer final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
-  void set_fp8_policy(const Fp8Policy& p) override {
-    attn_.set_fp8_policy(p);
-    mlp_.set_fp8_policy(p);
-  }
-  void fp8_scales(std::vector<Fp8Scale*>& out) override {
-    attn_.fp8_scales(out);
-    mlp_.fp8_scales(out);
-  }
+  /// Kept from forward to backward: the input, q/k/v (3), the attention
+  /// context, the residual sum, the MLP's pre-activation (4): 10 x width;
+  /// plus, while this block's backward runs, its per-token scratch (rebuilt
+  /// LayerNorm and GELU outputs, gradient buffers): ~18 x width at the peak.
+  double saved_elements_per_row() const override { return 18.0 * double(d_); }
+  void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
 
  private:
   std::int64_t d_;
   LayerNorm<T> ln1_;
   CausalSelfAttention<T> attn_;
   LayerNormMLP<T> mlp_;
+  SubLayers<T> subs_{{"ln1", &ln1_}, {"attn", &attn_}, {"mlp", &mlp_}};
   bool saved_ = false;
   ActShape shape_{};
   // The forward input (LN1's input, which the caller keeps for LN1's
