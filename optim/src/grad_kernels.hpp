@@ -7,6 +7,8 @@
 // written so that one core vectorises them (see fused_adam.cpp for the
 // update, SumSquaresNonfiniteHost for the statistics).
 #include <cmath>
+#include "kshard/compat/for_each.hpp"
+#include "kshard/core/buffer_pool.hpp"
 #include "kshard/compat/kokkos.hpp"
 #include <cstdint>
 #include <cstdlib>
@@ -195,6 +197,27 @@ struct SlotTotal {
   }
 };
 
+/// The same total by one team of a device (team reductions only: Kokkos
+/// 3.4's RangePolicy array reduction on CUDA goes through a warp-synchronous
+/// shared-memory block scan that compute-sanitizer's racecheck reports).
+struct SlotTotalTeam {
+  const double* in;
+  std::int64_t slots;
+  double* out;  // [2]
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    double s = 0, bad = 0;
+    compat::team_reduce(
+        team, slots, [&](std::int64_t t, double& acc) { acc += in[2 * t]; }, s);
+    compat::team_reduce(
+        team, slots, [&](std::int64_t t, double& acc) { acc += in[2 * t + 1]; }, bad);
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      out[0] = s;
+      out[1] = bad;
+    });
+  }
+};
+
 /// Number of slots for the device statistics: the resident threads of the
 /// default execution space (an H200: 132 x 2048), at least 4.
 inline std::int64_t stat_slots() {
@@ -251,10 +274,19 @@ class GradStatsBatch {
     result[1] = host_[1];
     if (!started_) return;
     double r[2] = {0, 0};
-    Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(r, 2);
-    Kokkos::parallel_reduce("kshard.optim.grad_stats_total",
-                            Policy(0, std::int64_t(slots_.size() / 2)), SlotTotal{2, slots_.data()},
-                            out);  // a host result: waits for the kernels
+    if constexpr (is_host_exec_v<Exec>) {
+      Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(r, 2);
+      Kokkos::parallel_reduce("kshard.optim.grad_stats_total",
+                              Policy(0, std::int64_t(slots_.size() / 2)),
+                              SlotTotal{2, slots_.data()}, out);
+    } else {
+      const memory::Block total = memory::acquire(2 * sizeof(double), "kshard.optim.grad_total");
+      Kokkos::parallel_for("kshard.optim.grad_stats_total", Kokkos::TeamPolicy<Exec>(1, 256),
+                           SlotTotalTeam{slots_.data(), std::int64_t(slots_.size() / 2),
+                                         total.view<double>(2).data()});
+      Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(r, 2),
+                        total.view<double>(2));  // waits for the kernels
+    }
     result[0] += r[0];
     result[1] += r[1];
   }
