@@ -177,30 +177,11 @@ struct SlotSumSquares {
   }
 };
 
-/// Sums the slots' pairs: [0] sum of squares, [1] non-finite count.
+/// Sums the slots' pairs in one team: [0] sum of squares, [1] non-finite
+/// count. Team reductions only, in a fixed order (Kokkos 3.4's RangePolicy
+/// array reduction on CUDA goes through a warp-synchronous shared-memory
+/// block scan that compute-sanitizer's racecheck reports).
 struct SlotTotal {
-  using value_type = double[];
-  unsigned value_count = 2;
-  const double* in;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t t, value_type acc) const {
-    acc[0] += in[2 * t];
-    acc[1] += in[2 * t + 1];
-  }
-  KOKKOS_INLINE_FUNCTION void init(value_type acc) const {
-    acc[0] = 0;
-    acc[1] = 0;
-  }
-  KOKKOS_INLINE_FUNCTION void join(KSHARD_JOIN_VOLATILE value_type dst,
-                                   const KSHARD_JOIN_VOLATILE value_type src) const {
-    dst[0] += src[0];
-    dst[1] += src[1];
-  }
-};
-
-/// The same total by one team of a device (team reductions only: Kokkos
-/// 3.4's RangePolicy array reduction on CUDA goes through a warp-synchronous
-/// shared-memory block scan that compute-sanitizer's racecheck reports).
-struct SlotTotalTeam {
   const double* in;
   std::int64_t slots;
   double* out;  // [2]
@@ -269,24 +250,16 @@ class GradStatsBatch {
   /// {sum of squares, non-finite count} of everything added; waits.
   template <class Exec = ExecSpace>
   void finish(double (&result)[2]) {
-    using Policy = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>;
     result[0] = host_[0];
     result[1] = host_[1];
     if (!started_) return;
     double r[2] = {0, 0};
-    if constexpr (is_host_exec_v<Exec>) {
-      Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> out(r, 2);
-      Kokkos::parallel_reduce("kshard.optim.grad_stats_total",
-                              Policy(0, std::int64_t(slots_.size() / 2)),
-                              SlotTotal{2, slots_.data()}, out);
-    } else {
-      const memory::Block total = memory::acquire(2 * sizeof(double), "kshard.optim.grad_total");
-      Kokkos::parallel_for("kshard.optim.grad_stats_total", Kokkos::TeamPolicy<Exec>(1, 256),
-                           SlotTotalTeam{slots_.data(), std::int64_t(slots_.size() / 2),
-                                         total.view<double>(2).data()});
-      Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(r, 2),
-                        total.view<double>(2));  // waits for the kernels
-    }
+    const memory::Block total = memory::acquire(2 * sizeof(double), "kshard.optim.grad_total");
+    Kokkos::parallel_for("kshard.optim.grad_stats_total", Kokkos::TeamPolicy<Exec>(1, Kokkos::AUTO),
+                         SlotTotal{slots_.data(), std::int64_t(slots_.size() / 2),
+                                   total.view<double>(2).data()});
+    Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(r, 2),
+                      total.view<double>(2));  // waits for the kernels
     result[0] += r[0];
     result[1] += r[1];
   }

@@ -122,7 +122,7 @@ class FsdpCore final : public FsdpCoreBase {
     // 16-bit compute), each visited before the next overwrites it.
     const DeferredHead h = take_deferred_head(o);
     const std::size_t k = h.unit;
-    ensure_unsharded(g[k]);
+    g[k].finish_unshard();  // a no-op when unsharded
     const auto params = g[k].params<T>();
     const std::int64_t in = shapes_[k].features, chunk = h.chunk_rows;
     const memory::Block out_block =
@@ -236,10 +236,6 @@ class FsdpCore final : public FsdpCoreBase {
                   std::to_string(shapes_.back().numel()) + " (the model output)");
   }
 
-  static void ensure_unsharded(ShardedGroup& g) {
-    g.finish_unshard();  // a no-op when unsharded
-  }
-
   // defer_head with a head whose rows are independent (and loss_chunk_bytes
   // > 0): the last unit's forward is left to a chunked pass (ce_backward's
   // loss, forward_chunks), and its output buffer (the logits) is not
@@ -264,7 +260,7 @@ class FsdpCore final : public FsdpCoreBase {
     head_input_ = head_deferred_ ? (n == 1 ? x : Kokkos::View<const T*>(acts_[n - 1]))
                                  : Kokkos::View<const T*>();
     for (std::size_t i = 0; i < run; ++i) {
-      ensure_unsharded(g[i]);
+      g[i].finish_unshard();  // a no-op when unsharded
       if (o.prefetch && i + 1 < n) g[i + 1].start_unshard();
       const auto params = g[i].params<T>();
       if (i == 0 && ids.data() != nullptr)
@@ -289,7 +285,7 @@ class FsdpCore final : public FsdpCoreBase {
     bool use_a = true;
     std::size_t reducing = n;  // unit whose reduce-scatter is in flight (n: none)
     for (std::size_t k = n; k-- > 0;) {
-      ensure_unsharded(g[k]);
+      g[k].finish_unshard();  // a no-op when unsharded
       if (o.prefetch && k > 0) g[k - 1].start_unshard();
       Kokkos::View<T*> dx = window(use_a ? dact_a_ : dact_b_, shapes_[k].numel(), "kshard.fsdp.dact");
       if (top && k + 1 == n)

@@ -148,7 +148,7 @@ void ShardedGroup::reshard() {
 const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
   if (grad_state_ == GradState::accumulating) return grad_views_;
   if (grad_state_ == GradState::reducing)
-    bad_transition("unsharded_grads", "reducing",
+    bad_transition("unsharded_grads", state_name(grad_state_),
                    "none or accumulating: finish_reduce_grads() before the next backward");
   grad_views_.clear();
   if (reduce_wire_->accumulates_in_shard(context())) {
@@ -232,7 +232,8 @@ std::vector<float> ShardedGroup::gather_master() const {
 
 void ShardedGroup::zero_grad() {
   if (grad_state_ == GradState::reducing)
-    bad_transition("zero_grad", "reducing", "none or accumulating: finish_reduce_grads() first");
+    bad_transition("zero_grad", state_name(grad_state_),
+                   "none or accumulating: finish_reduce_grads() first");
   fill<double>(grad_stats_, 0.0);
   if (grad_state_ == GradState::accumulating) {
     // Backward has accumulated and nothing is reduced yet (no_sync

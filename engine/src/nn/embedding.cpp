@@ -141,7 +141,6 @@ void check_seq(const ActShape& shape, std::int64_t max_seq) {
 }
 }  // namespace
 
-
 template <class T>
 Embedding<T>::Embedding(std::int64_t vocab, std::int64_t d, std::int64_t max_seq,
                         double init_std)

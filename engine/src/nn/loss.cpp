@@ -171,16 +171,18 @@ void mean_loss(Kokkos::View<const double*> row_loss, Kokkos::View<double*> resul
       });
 }
 
+// mean = false (with dlogits null: the forward-only mode): result(0) is the
+// sum of the counted rows' losses instead of their mean.
 template <class T, class Target>
 void cross_entropy(const T* logits, std::int64_t rows, std::int64_t vocab,
                    Kokkos::View<const Target*> targets, T* dlogits, double grad_scale,
-                   Kokkos::View<double*> result) {
+                   Kokkos::View<double*> result, bool mean = true) {
   count_targets<T, Target>(targets, vocab, result);
   memory::Block block = memory::acquire(std::size_t(rows) * sizeof(double),
                                         "kshard::cross_entropy.row_loss");
   Kokkos::View<double*> row_loss = block.view<double>(std::size_t(rows));
   row_losses<T, Target>(logits, rows, vocab, targets, dlogits, grad_scale, result, row_loss);
-  mean_loss(row_loss, result, dlogits != nullptr);
+  mean_loss(row_loss, result, mean);
   // The row buffer goes back to the pool with the kernels queued: later users
   // are ordered after them (kshard/core/buffer_pool.hpp).
 }
@@ -202,18 +204,36 @@ double mse_loss(Kokkos::View<const T*> pred,
 }
 
 namespace {
+std::string ce_who(const char* fn, std::int64_t rows, std::int64_t vocab) {
+  return std::string(fn) + "(rows=" + std::to_string(rows) + ", vocab=" + std::to_string(vocab) +
+         ")";
+}
+
+/// The arguments every cross-entropy entry point shares; dlogits null: the
+/// forward-only mode (no gradient buffer).
 template <class T, class Target>
-std::string check_ce_args(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
-                          Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
-                          std::size_t result_size) {
-  const std::string who = "cross_entropy_loss(rows=" + std::to_string(rows) +
-                          ", vocab=" + std::to_string(vocab) + ")";
+void check_ce_args(const char* fn, Kokkos::View<const T*> logits, std::int64_t rows,
+                   std::int64_t vocab, Kokkos::View<const Target*> targets,
+                   const Kokkos::View<T*>* dlogits, std::size_t result_size) {
+  const std::string who = ce_who(fn, rows, vocab);
   if (rows <= 0 || vocab <= 0) throw Error(who, "rows > 0 and vocab > 0");
   detail::check_size(who, "logits", logits.extent(0), rows * vocab);
-  detail::check_size(who, "dlogits", dlogits.extent(0), rows * vocab);
+  if (dlogits) detail::check_size(who, "dlogits", dlogits->extent(0), rows * vocab);
   detail::check_size(who, "targets", targets.extent(0), rows);
   if (result_size < 3) detail::check_size(who, "result", result_size, 3);
-  return who;
+}
+
+/// The result on the host (waits); a bad target is an error naming `fn`.
+Kokkos::View<const double*, Kokkos::HostSpace> read_result(const char* fn,
+                                                           Kokkos::View<const double*> result,
+                                                           std::int64_t rows,
+                                                           std::int64_t vocab) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result);
+  if (h(2) != 0)
+    throw Error(ce_who(fn, rows, vocab) + ": " + std::to_string(std::int64_t(h(2))) +
+                    " targets are >= vocab",
+                "targets in [0, vocab), or negative to ignore a row");
+  return h;
 }
 }  // namespace
 
@@ -222,27 +242,22 @@ void cross_entropy_loss_async(Kokkos::View<const T*> logits, std::int64_t rows,
                               std::int64_t vocab, Kokkos::View<const Target*> targets,
                               Kokkos::View<T*> dlogits, double grad_scale,
                               Kokkos::View<double*> result) {
-  check_ce_args<T, Target>(logits, rows, vocab, targets, dlogits, result.extent(0));
+  check_ce_args<T, Target>("cross_entropy_loss", logits, rows, vocab, targets, &dlogits,
+                           result.extent(0));
   detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, dlogits.data(),
                                          grad_scale, result);
 }
 
 double cross_entropy_result(Kokkos::View<const double*> result, std::int64_t rows,
                             std::int64_t vocab) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result);
-  if (h(2) != 0)
-    throw Error("cross_entropy_loss(rows=" + std::to_string(rows) + ", vocab=" +
-                    std::to_string(vocab) + "): " + std::to_string(std::int64_t(h(2))) +
-                    " targets are >= vocab or not integers",
-                "targets in [0, vocab), or negative to ignore a row");
-  return h(0);
+  return read_result("cross_entropy_loss", result, rows, vocab)(0);
 }
 
 template <class T, class Target>
 double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std::int64_t vocab,
                           Kokkos::View<const Target*> targets, Kokkos::View<T*> dlogits,
                           double grad_scale) {
-  check_ce_args<T, Target>(logits, rows, vocab, targets, dlogits, 3);
+  check_ce_args<T, Target>("cross_entropy_loss", logits, rows, vocab, targets, &dlogits, 3);
   memory::Block block = memory::acquire(3 * sizeof(double), "kshard::cross_entropy.result");
   auto result = block.view<double>(3);
   detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, dlogits.data(),
@@ -253,20 +268,13 @@ double cross_entropy_loss(Kokkos::View<const T*> logits, std::int64_t rows, std:
 template <class T, class Target>
 CrossEntropySum cross_entropy_sum(Kokkos::View<const T*> logits, std::int64_t rows,
                                   std::int64_t vocab, Kokkos::View<const Target*> targets) {
-  const std::string who = "cross_entropy_sum(rows=" + std::to_string(rows) +
-                          ", vocab=" + std::to_string(vocab) + ")";
-  if (rows <= 0 || vocab <= 0) throw Error(who, "rows > 0 and vocab > 0");
-  detail::check_size(who, "logits", logits.extent(0), rows * vocab);
-  detail::check_size(who, "targets", targets.extent(0), rows);
+  check_ce_args<T, Target>("cross_entropy_sum", logits, rows, vocab, targets, nullptr, 3);
   memory::Block block = memory::acquire(3 * sizeof(double), "kshard::cross_entropy.result");
   auto result = block.view<double>(3);
-  // dlogits null: the forward-only mode, and the total instead of the mean.
+  // No gradient buffer, and the total instead of the mean.
   detail::loss::cross_entropy<T, Target>(logits.data(), rows, vocab, targets, nullptr, 1.0,
-                                         result);
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), result);
-  if (h(2) != 0)
-    throw Error(who + ": " + std::to_string(std::int64_t(h(2))) + " targets are >= vocab",
-                "targets in [0, vocab), or negative to ignore a row");
+                                         result, /*mean=*/false);
+  const auto h = read_result("cross_entropy_sum", result, rows, vocab);
   return CrossEntropySum{h(0), std::int64_t(h(1))};
 }
 

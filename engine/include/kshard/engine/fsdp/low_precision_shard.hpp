@@ -26,11 +26,11 @@ class LowPrecisionShard {
  public:
   LowPrecisionShard() = default;  // none
   LowPrecisionShard(Kokkos::View<bfloat16_t*> v)  // NOLINT: implicit on purpose
-      : dtype_(DType::bf16), present_(true), bf16_(std::move(v)) {}
+      : dtype_(DType::bf16), bf16_(std::move(v)) {}
   LowPrecisionShard(Kokkos::View<float16_t*> v)  // NOLINT
-      : dtype_(DType::f16), present_(true), f16_(std::move(v)) {}
+      : dtype_(DType::f16), f16_(std::move(v)) {}
 
-  bool present() const noexcept { return present_; }
+  bool present() const noexcept { return dtype_ != DType::f32; }
   /// bf16 or f16 when present; f32 (the master's) when there is no copy.
   DType dtype() const noexcept { return dtype_; }
   std::size_t count() const noexcept { return dtype_ == DType::f16 ? f16_.size() : bf16_.size(); }
@@ -39,8 +39,7 @@ class LowPrecisionShard {
   const Kokkos::View<float16_t*>& f16() const noexcept { return f16_; }
 
  private:
-  DType dtype_ = DType::f32;
-  bool present_ = false;
+  DType dtype_ = DType::f32;  // f32: no copy
   Kokkos::View<bfloat16_t*> bf16_;
   Kokkos::View<float16_t*> f16_;
 };
