@@ -50,6 +50,11 @@ void Block::check_range(std::size_t bytes, std::size_t offset) const {
 
 void Block::reset() noexcept {
   if (!data_) return;
+  if (class_bytes_ == 0) {  // borrowed: nothing of the pool's
+    data_ = nullptr;
+    size_ = 0;
+    return;
+  }
   Pool& p = pool();
   note_release(data_, size_);
   {
@@ -110,6 +115,14 @@ Block acquire(std::size_t bytes, const char* label) {
   b.size_ = bytes;
   b.class_bytes_ = cls;
   note_acquire(label, b.data_, bytes);
+  return b;
+}
+
+Block borrow(void* data, std::size_t bytes) noexcept {
+  Block b;
+  if (!data || bytes == 0) return b;
+  b.data_ = static_cast<std::uint8_t*>(data);
+  b.size_ = bytes;
   return b;
 }
 

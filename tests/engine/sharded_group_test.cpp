@@ -12,6 +12,7 @@
 
 #include <kshard/engine/nn/init.hpp>
 #include <kshard/engine/fsdp/sharded_group.hpp>
+#include <kshard/core/buffer_pool.hpp>
 #include <kshard/core/memory_tracker.hpp>
 #include <kshard/numeric/convert.hpp>
 
@@ -190,9 +191,48 @@ BOOST_AUTO_TEST_CASE(reshard_frees_the_unsharded_buffers) {
     const auto during = kshard::memory::stats().live_bytes;
     g.reshard();
     const auto after = kshard::memory::stats().live_bytes;
-    KSHARD_CHECK_ALL_MSG(during > before && after == before,
+    // One rank per shard, fp32: the master is the compute buffer (nothing taken).
+    const bool in_place = std::string(r) == "fp32" && mesh.shard_size() == 1;
+    KSHARD_CHECK_ALL_MSG((during > before) == !in_place && after == before,
                          r << ": live bytes " << before << " -> " << during << " -> " << after);
   }
+}
+
+// A shard dimension of 1 (one rank, or a mesh that only replicates): the f32
+// master and a kept 16-bit shard already are the full parameters, and an
+// unshard hands them out as they are: no pool block, no copy, no cast.
+BOOST_AUTO_TEST_CASE(one_rank_per_shard_unshards_in_place) {
+  const int P = kt::world_size();
+  DeviceMesh mesh(kt::world(), {P, 1});
+  const auto in_use = [] { return kshard::memory::pool_stats().in_use_bytes; };
+
+  ShardedGroup f("unit", specs(false), mesh, Recipe::parse("fp32"));
+  f.init_parameters(2);
+  const auto before = in_use();
+  f.unshard();
+  KSHARD_CHECK_ALL(f.flat_params<float>().data() == f.master().data());
+  KSHARD_CHECK_ALL(in_use() == before && f.unsharded_bytes() == 0);
+  f.reshard();
+
+  ShardedGroup kept("unit", specs(false), mesh, Recipe::parse("bf16"), true);
+  ShardedGroup cast("unit", specs(false), mesh, Recipe::parse("bf16"));
+  kept.init_parameters(2);
+  cast.init_parameters(2);
+  kept.unshard();
+  KSHARD_CHECK_ALL(kept.flat_params<kshard::bfloat16_t>().data() ==
+                   kept.low_precision_shard().bf16().data());
+  KSHARD_CHECK_ALL(in_use() == before && kept.unsharded_bytes() == 0);
+  cast.unshard();  // the master cast into a pool block
+  KSHARD_CHECK_ALL(in_use() > before && cast.unsharded_bytes() > 0);
+  // Both are the RNE of the same master: the same bits.
+  auto hk = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kshard::test::flat_params_f32(kept));
+  auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kshard::test::flat_params_f32(cast));
+  std::int64_t diff = 0;
+  for (std::size_t k = 0; k < hk.extent(0); ++k) diff += hk(k) != hc(k);
+  KSHARD_CHECK_ALL(diff == 0);
+  kept.reshard();
+  cast.reshard();
+  KSHARD_CHECK_ALL(in_use() == before);
 }
 
 // The group's two states move only along their documented transitions; a

@@ -43,6 +43,11 @@ MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Rec
   else if (keep_low_precision_shard && (recipe.gather_dtype == DType::bf16 ||
                                         recipe.gather_dtype == DType::f16))
     lp_per_elem = 2;
+  // One rank per shard: the compute buffer is the master (fp32) or the kept
+  // 16-bit shard itself, nothing from the pool (the wire formats' compute_bytes).
+  const bool compute_is_shard =
+      shard_size == 1 && (recipe.gather_dtype == DType::f32 || lp_per_elem == 2);
+  const double compute_unsharded = compute_is_shard ? 0.0 : compute;
   double max_unit = 0, widest = 0, saved = 0, last_out = 0;
   for (const LayerDef& def : layers) {
     // A Layer<float> object only describes itself: nothing is allocated
@@ -53,7 +58,7 @@ MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Rec
     if (!specs.empty()) {
       const ParamIndex index(specs, shard_size, ParamIndex::default_align, recipe.fp8_block);
       e.persistent += double(index.shard_numel()) * (16.0 + lp_per_elem);
-      max_unit = std::max(max_unit, double(index.flat_numel()) * (compute + 4.0));
+      max_unit = std::max(max_unit, double(index.flat_numel()) * (compute_unsharded + 4.0));
     }
     const double in = double(layer->in_features()), out = double(layer->out_features());
     widest = std::max({widest, in, out});

@@ -8,7 +8,7 @@
 #include "kshard/kernels/fp8_gemm.hpp"
 #include "kshard/engine/nn/chunked_cross_entropy.hpp"
 #include "kshard/engine/nn/embedding.hpp"
-#include "kshard/engine/nn/loss.hpp"
+#include "../nn/loss_head.hpp"
 #include "kshard/error.hpp"
 #include "kshard/core/buffer_pool.hpp"
 
@@ -28,6 +28,22 @@ Kokkos::View<T*> window(Kokkos::View<T*>& buf, std::int64_t n, const char* label
 
 }  // namespace
 
+// What the model reads: f32 features or int32 token ids.
+struct ModelInput {
+  Kokkos::View<const float*> x;
+  Kokkos::View<const std::int32_t*> ids;
+  bool token_ids = false;
+  static ModelInput features(Kokkos::View<const float*> x) { return {x, {}, false}; }
+  static ModelInput tokens(Kokkos::View<const std::int32_t*> ids) { return {{}, ids, true}; }
+};
+
+// Which loss head ends a training forward (nn/loss_head.hpp).
+struct LossSpec {
+  enum class Kind { mse, cross_entropy } kind;
+  Kokkos::View<const float*> target;            // mse
+  Kokkos::View<const std::int32_t*> targets;    // cross_entropy
+};
+
 // The schedule in one compute type. Groups and options live in FsdpModel and
 // are passed in, so a moved FsdpModel keeps working.
 class FsdpCoreBase {
@@ -35,25 +51,21 @@ class FsdpCoreBase {
   virtual ~FsdpCoreBase() = default;
   virtual std::size_t size() const = 0;
   virtual const LayerKindInfo& info(std::size_t i) const = 0;
-  // defer_head: the forward of forward_backward_ce / forward_chunks, which
-  // may leave the head to a chunked pass (run_forward).
-  virtual void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                                Kokkos::View<const float*> x, ActShape shape,
-                                bool defer_head) = 0;
-  virtual void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                           Kokkos::View<const std::int32_t*> ids, ActShape shape,
-                           bool defer_head) = 0;
+  // defer_bytes > 0: a last unit with independent rows is left to a chunked
+  // pass (chunks of at most that many bytes of output: a loss head's, or
+  // forward_chunks'), see run_forward.
+  virtual void forward(std::vector<ShardedGroup>& g, const FsdpOptions& o, const ModelInput& in,
+                       ActShape shape, std::size_t defer_bytes) = 0;
   virtual void forward_chunks(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                               Kokkos::View<const std::int32_t*> ids, ActShape shape,
                               const FsdpModel::ChunkVisitor& visit) = 0;
   virtual Kokkos::View<const float*> output_f32() = 0;
   virtual void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                             Kokkos::View<const float*> dy, bool sync) = 0;
-  virtual double mse_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                              Kokkos::View<const float*> target, double scale, bool sync) = 0;
-  virtual double ce_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                             Kokkos::View<const std::int32_t*> targets, double scale,
-                             bool sync) = 0;
+  // forward, the loss head, backward; returns the head's loss.
+  virtual double forward_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                                  const ModelInput& in, ActShape shape, const LossSpec& loss,
+                                  double scale, bool sync) = 0;
   // fp8 products for every layer but a final Linear (the LM head stays bf16,
   // as TransformerEngine models keep their output projection out of fp8).
   virtual void set_fp8_policy(const Fp8Policy& policy) = 0;
@@ -83,36 +95,32 @@ class FsdpCore final : public FsdpCoreBase {
     for (auto& l : layers_) l->fp8_scales(out);
   }
 
-  void forward_features(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                        Kokkos::View<const float*> x, ActShape shape, bool defer_head) override {
+  void forward(std::vector<ShardedGroup>& g, const FsdpOptions& o, const ModelInput& in,
+               ActShape shape, std::size_t defer_bytes) override {
     check_input(shape);
-    if (layers_[0]->takes_token_ids())
+    const bool ids = in.token_ids;
+    if (ids && !layers_[0]->takes_token_ids())
+      throw Error("FsdpModel::forward with token ids, but layer 0 is a " + layers_[0]->kind(),
+                  "a first layer that takes token ids (Embedding)");
+    if (!ids && layers_[0]->takes_token_ids())
       throw Error("FsdpModel::forward with f32 features, but layer 0 (" + layers_[0]->kind() +
                       ") takes token ids",
                   "int32 token ids: forward(Kokkos::View<const std::int32_t*>, shape)");
-    if constexpr (std::is_same_v<T, float>) {
-      run_forward(g, o, x, {}, shape, defer_head);
+    if (ids) {
+      run_forward(g, o, {}, in.ids, shape, defer_bytes);
+    } else if constexpr (std::is_same_v<T, float>) {
+      run_forward(g, o, in.x, {}, shape, defer_bytes);
     } else {
-      auto xt = window(input_buf_, std::int64_t(x.extent(0)), "kshard.fsdp.input");
-      cast_from_f32<T>(x, xt);
-      run_forward(g, o, xt, {}, shape, defer_head);
+      auto xt = window(input_buf_, std::int64_t(in.x.extent(0)), "kshard.fsdp.input");
+      cast_from_f32<T>(in.x, xt);
+      run_forward(g, o, xt, {}, shape, defer_bytes);
     }
-  }
-
-  void forward_ids(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                   Kokkos::View<const std::int32_t*> ids, ActShape shape,
-                   bool defer_head) override {
-    check_input(shape);
-    if (!layers_[0]->takes_token_ids())
-      throw Error("FsdpModel::forward with token ids, but layer 0 is a " + layers_[0]->kind(),
-                  "a first layer that takes token ids (Embedding)");
-    run_forward(g, o, {}, ids, shape, defer_head);
   }
 
   void forward_chunks(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                       Kokkos::View<const std::int32_t*> ids, ActShape shape,
                       const FsdpModel::ChunkVisitor& visit) override {
-    forward_ids(g, o, ids, shape, true);
+    forward(g, o, ModelInput::tokens(ids), shape, o.loss_chunk_bytes);
     const ActShape& os = shapes_.back();
     if (!head_deferred_) {
       visit(0, os.rows(), output_f32());
@@ -120,7 +128,7 @@ class FsdpCore final : public FsdpCoreBase {
     }
     // The head's forward chunk by chunk into pooled buffers (f32 copies for
     // 16-bit compute), each visited before the next overwrites it.
-    const DeferredHead h = take_deferred_head(o);
+    const DeferredHead h = take_deferred_head();
     const std::size_t k = h.unit;
     g[k].finish_unshard();  // a no-op when unsharded
     const auto params = g[k].params<T>();
@@ -168,42 +176,26 @@ class FsdpCore final : public FsdpCoreBase {
     }
   }
 
-  double mse_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                      Kokkos::View<const float*> target, double scale, bool sync) override {
-    auto out = acts_.back();
-    auto d = window(dloss_, std::int64_t(out.extent(0)), "kshard.fsdp.dloss");
-    const double loss = mse_loss<T, float>(out, target, d, scale);
-    run_backward(g, o, d, sync);
-    return loss;
-  }
-
-  double ce_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
-                     Kokkos::View<const std::int32_t*> targets, double scale,
-                     bool sync) override {
-    // The loss stays on the device until the backward pass is queued behind
-    // it, so the GPU never idles while the host waits for a number.
-    const ActShape& os = shapes_.back();
-    if (ce_result_.extent(0) == 0)
-      ce_result_ = Kokkos::View<double*>("kshard.fsdp.ce_result", 3);
+  double forward_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                          const ModelInput& in, ActShape shape, const LossSpec& loss,
+                          double scale, bool sync) override {
+    std::unique_ptr<LossHead<T>> head;
+    if (loss.kind == LossSpec::Kind::mse)
+      head = std::make_unique<MseHead<T>>(loss.target, scale);
+    else
+      head = std::make_unique<CrossEntropyHead<T>>(loss.targets, scale, o.loss_chunk_bytes);
+    forward(g, o, in, shape, head->last_unit_chunk_bytes());
     if (head_deferred_) {
-      // The head's forward, the loss and the head's backward in row chunks
-      // (run_forward left the head out): its logits are never kept.
-      const DeferredHead h = take_deferred_head(o);
+      const DeferredHead h = take_deferred_head();
       run_backward(g, o, {}, sync,
                    [&](const ConstViews& p, const GradViews& gr, Kokkos::View<T*> dx) {
-                     chunked_cross_entropy_async<T, std::int32_t>(
-                         *layers_[h.unit], h.input, shapes_[h.unit], p, gr, targets, scale, dx,
-                         h.chunk_rows, ce_result_);
+                     head->last_unit_backward(*layers_[h.unit], h.input, shapes_[h.unit],
+                                              h.chunk_rows, p, gr, dx);
                    });
     } else {
-      // The gradient overwrites the logits: no second logits-sized buffer (the
-      // head's backward reads its input and dy, never its own output).
-      auto logits = acts_.back();
-      cross_entropy_loss_async<T, std::int32_t>(logits, os.rows(), os.features, targets, logits,
-                                                scale, ce_result_);
-      run_backward(g, o, logits, sync);
+      run_backward(g, o, head->output_gradient(acts_.back(), shapes_.back()), sync);
     }
-    return cross_entropy_result(ce_result_, os.rows(), os.features);
+    return head->loss();
   }
 
  private:
@@ -214,10 +206,10 @@ class FsdpCore final : public FsdpCoreBase {
     Kokkos::View<const T*> input;
     std::int64_t chunk_rows;
   };
-  DeferredHead take_deferred_head(const FsdpOptions& o) {
+  DeferredHead take_deferred_head() {
     const ActShape& os = shapes_.back();
     DeferredHead h{layers_.size() - 1, head_input_,
-                   loss_chunk_rows(o.loss_chunk_bytes, os.rows(), os.features, sizeof(T))};
+                   loss_chunk_rows(defer_bytes_, os.rows(), os.features, sizeof(T))};
     head_deferred_ = false;
     head_input_ = {};
     return h;
@@ -236,15 +228,17 @@ class FsdpCore final : public FsdpCoreBase {
                   std::to_string(shapes_.back().numel()) + " (the model output)");
   }
 
-  // defer_head with a head whose rows are independent (and loss_chunk_bytes
-  // > 0): the last unit's forward is left to a chunked pass (ce_backward's
-  // loss, forward_chunks), and its output buffer (the logits) is not
-  // allocated, or is given back.
+  // defer_bytes > 0 and a last unit whose rows are independent: that unit's
+  // forward is left to a chunked pass (a loss head's, forward_chunks') of at
+  // most defer_bytes of output per chunk, and its output buffer (the logits)
+  // is not allocated, or is given back.
   void run_forward(std::vector<ShardedGroup>& g, const FsdpOptions& o, Kokkos::View<const T*> x,
-                   Kokkos::View<const std::int32_t*> ids, ActShape shape, bool defer_head) {
+                   Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                   std::size_t defer_bytes) {
     const std::size_t n = layers_.size();
-    head_deferred_ = defer_head && o.loss_chunk_bytes > 0 && layers_.back()->rows_independent() &&
+    head_deferred_ = defer_bytes > 0 && layers_.back()->rows_independent() &&
                      !(n == 1 && ids.data() != nullptr);
+    defer_bytes_ = defer_bytes;
     const std::size_t run = head_deferred_ ? n - 1 : n;
     shapes_.assign(n + 1, shape);
     acts_.resize(n + 1);
@@ -309,11 +303,11 @@ class FsdpCore final : public FsdpCoreBase {
   std::vector<LayerKindInfo> info_;
   std::vector<ActShape> shapes_;          // input shape of each unit, and the output
   std::vector<Kokkos::View<T*>> acts_;    // acts_[i]: input of unit i (acts_[0] unused)
-  bool head_deferred_ = false;             // the last forward left the head to the loss
+  bool head_deferred_ = false;             // the last forward left the head to a chunked pass
+  std::size_t defer_bytes_ = 0;            // its most output bytes per chunk
   Kokkos::View<const T*> head_input_;      // the head's input then
   Kokkos::View<T*> dact_a_, dact_b_, dloss_, input_buf_;
   Kokkos::View<float*> out_f32_;
-  Kokkos::View<double*> ce_result_;
 };
 
 template <class T>
@@ -398,13 +392,13 @@ void FsdpModel::init_parameters(std::uint64_t seed) {
 }
 
 Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const float*> x, ActShape shape) {
-  core_->forward_features(groups_, options_, x, shape, false);
+  core_->forward(groups_, options_, detail::ModelInput::features(x), shape, 0);
   return core_->output_f32();
 }
 
 Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const std::int32_t*> ids,
                                               ActShape shape) {
-  core_->forward_ids(groups_, options_, ids, shape, false);
+  core_->forward(groups_, options_, detail::ModelInput::tokens(ids), shape, 0);
   return core_->output_f32();
 }
 
@@ -420,22 +414,25 @@ void FsdpModel::backward(Kokkos::View<const float*> dy, bool sync) {
 double FsdpModel::forward_backward_mse(Kokkos::View<const float*> x, ActShape shape,
                                        Kokkos::View<const float*> target, double grad_scale,
                                        bool sync) {
-  core_->forward_features(groups_, options_, x, shape, false);
-  return core_->mse_backward(groups_, options_, target, grad_scale, sync);
+  using L = detail::LossSpec;
+  return core_->forward_backward(groups_, options_, detail::ModelInput::features(x), shape,
+                                 L{L::Kind::mse, target, {}}, grad_scale, sync);
 }
 
 double FsdpModel::forward_backward_ce(Kokkos::View<const float*> x, ActShape shape,
                                       Kokkos::View<const std::int32_t*> targets,
                                       double grad_scale, bool sync) {
-  core_->forward_features(groups_, options_, x, shape, true);
-  return core_->ce_backward(groups_, options_, targets, grad_scale, sync);
+  using L = detail::LossSpec;
+  return core_->forward_backward(groups_, options_, detail::ModelInput::features(x), shape,
+                                 L{L::Kind::cross_entropy, {}, targets}, grad_scale, sync);
 }
 
 double FsdpModel::forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                                       Kokkos::View<const std::int32_t*> targets,
                                       double grad_scale, bool sync) {
-  core_->forward_ids(groups_, options_, ids, shape, true);
-  return core_->ce_backward(groups_, options_, targets, grad_scale, sync);
+  using L = detail::LossSpec;
+  return core_->forward_backward(groups_, options_, detail::ModelInput::tokens(ids), shape,
+                                 L{L::Kind::cross_entropy, {}, targets}, grad_scale, sync);
 }
 
 void FsdpModel::zero_grad() {

@@ -259,9 +259,8 @@ std::size_t ShardedGroup::persistent_bytes() const noexcept {
 }
 
 std::size_t ShardedGroup::unsharded_bytes() const noexcept {
-  const std::size_t flat = std::size_t(index_.flat_numel());
-  const std::size_t compute = dtype_size(recipe_.compute_dtype) * flat;
-  return compute + gather_wire_->gather_bytes(context());
+  const detail::ShardContext c = context();
+  return gather_wire_->compute_bytes(c) + gather_wire_->gather_bytes(c);
 }
 
 }  // namespace kshard

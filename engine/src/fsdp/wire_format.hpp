@@ -72,6 +72,12 @@ class GatherWire {
   virtual void finish(const ShardContext& c, memory::Block& compute) = 0;
   /// Bytes held while unsharded besides the compute buffer.
   virtual std::size_t gather_bytes(const ShardContext&) const { return 0; }
+  /// Bytes the compute buffer takes from the pool while unsharded: the full
+  /// parameters in the compute dtype, or none where a buffer kept anyway
+  /// (the master, the kept 16-bit shard) already is them (one rank per shard).
+  virtual std::size_t compute_bytes(const ShardContext& c) const {
+    return dtype_size(c.recipe.compute_dtype) * c.flat();
+  }
 };
 
 /// Gradients back: the f32 unsharded gradient -> the f32 gradient shard.

@@ -5,7 +5,8 @@
 // What is sent: the low-precision shard kept between steps when the group was
 // asked to keep one (written by the optimizer's update kernel, so an unshard
 // needs no cast pass), or, FSDP2's way and the default, the master cast into a
-// pool block at each unshard.
+// pool block at each unshard. With a kept shard and one rank per shard the
+// unshard moves nothing: the kept shard is the compute buffer.
 #include "wire_format.hpp"
 
 namespace kshard::detail {
@@ -31,6 +32,13 @@ class Gather16 final : public GatherWire {
 
   Request start(const ShardContext& c, memory::Block& compute) override {
     const std::size_t shard = c.shard(), flat = c.flat();
+    if (kept_.data() && c.shard_comm.size() == 1) {
+      // One rank per shard: the kept shard IS the full parameters in the
+      // compute dtype (the optimizer wrote it from the new master): no copy,
+      // no cast, no pool block.
+      compute = memory::borrow(kept_.data(), 2 * flat);
+      return Request();
+    }
     compute = memory::acquire(2 * flat, (c.name + ".full").c_str());
     Kokkos::View<const T*> src;
     if (kept_.data()) {
@@ -49,6 +57,9 @@ class Gather16 final : public GatherWire {
     return c.shard_comm.all_gather_async(src, compute.view<T>(flat));
   }
   void finish(const ShardContext&, memory::Block&) override { send_.reset(); }
+  std::size_t compute_bytes(const ShardContext& c) const override {
+    return kept_.data() && c.shard_comm.size() == 1 ? 0 : 2 * c.flat();
+  }
 
  private:
   Kokkos::View<T*> kept_;  // the kept bf16/f16 shard, if any

@@ -55,15 +55,23 @@ class Block {
 
  private:
   friend Block acquire(std::size_t, const char*);
+  friend Block borrow(void*, std::size_t) noexcept;
   void check_range(std::size_t bytes, std::size_t offset) const;
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
-  std::size_t class_bytes_ = 0;
+  std::size_t class_bytes_ = 0;  // 0 for a borrowed block
 };
 
 /// A block of at least `bytes` (contents undefined); `label` names it in the
 /// memory tracker while it is in use. bytes == 0 gives an empty Block.
 Block acquire(std::size_t bytes, const char* label);
+
+/// A Block over `bytes` at `data`, memory that something else owns and keeps
+/// alive for as long as the Block is used (a persistent buffer standing in
+/// where a pool block is expected, e.g. a shard that already is the whole
+/// unsharded buffer); reset() only forgets it. Not counted by the pool or
+/// the memory tracker (its owner is).
+Block borrow(void* data, std::size_t bytes) noexcept;
 
 struct PoolStats {
   std::size_t cached_bytes = 0;  ///< free blocks held

@@ -174,8 +174,10 @@ class ShardedGroup {
 
   /// Bytes held between steps (master, grad, low-precision shard) on this rank.
   std::size_t persistent_bytes() const noexcept;
-  /// Bytes of one unsharded copy (gather + compute buffers) of this group,
-  /// without the unsharded gradient (4 B per padded element).
+  /// Bytes one unshard of this group takes from the pool (gather + compute
+  /// buffers; no compute buffer where the kept shard already is the full
+  /// parameters, one rank per shard), without the unsharded gradient (4 B
+  /// per padded element).
   std::size_t unsharded_bytes() const noexcept;
 
  private:
