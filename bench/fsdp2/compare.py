@@ -1,33 +1,60 @@
 #!/usr/bin/env python3
-"""kshard-train vs its PyTorch FSDP2 twin, alternating, in ONE command (issue 6).
+"""kshard-train vs its PyTorch twin, alternating, in ONE command (issues 6, 20).
 
 For each size and each recipe it launches kshard-train --bench and
 fsdp2_twin.py --bench (same model, data, optimizer and dtypes; see the twin's
-docstring) alternately, --repeats times each (kshard, twin, kshard, twin, ...
-so drift and noise show), parses their BENCH lines and prints one table:
+docstring) alternately, --repeats times each, one round = kshard then each
+--torch-modes side (kshard, eager, compile, kshard, eager, compile, ... so
+drift and noise show), parses their BENCH lines and prints one table.
+
+Torch sides (--torch-modes, comma-separated; default fsdp2 alone, issue 6's
+table), each the twin with --torch-mode M:
+  fsdp2        FSDP2 fully_shard, world size 1
+  eager        one GPU, no FSDP (bf16: autocast, f32 master weights)
+  compile      eager + torch.compile of the model's forward with the loss
+               inside the compiled region
+  compile-max  compile with mode="max-autotune-no-cudagraphs"
+The compile sides compile in untimed warm-up steps (weights restored after);
+that time is excluded from tok/s and stated in its own column.
 
   tok/s      tokens_per_s_median of each launch (median over steps 2..N, the
-             same rule on both sides), averaged over the repeats; "spread" is
-             (max - min) / mean over the repeats of both sides, the noise
-  ratio      kshard / FSDP2 tokens/s (> 1: kshard faster)
-  MFU        (6 * params + 12 * layers * width * seq) * tokens/s / peak, the
-             PaLM / nanoGPT convention: params = ALL parameters (embedding
-             tables and head included, as issue 6 states it), attention
-             12 * L * d * seq FLOPs per token (forward + backward of QK^T and
-             PV, counted without the causal half). peak = --peak-tflops
-             (989: the H200/H100 SXM bf16 dense tensor-core peak). The fp32
-             rows use the SAME 989 denominator (fp32 has no such peak; the
-             figure only compares the two sides), marked "(vs bf16 peak)"
+             same rule on every side), averaged over the repeats; "spread" is
+             the largest (max - min) / mean over the repeats of any side, the
+             noise
+  k/M        kshard / side M tokens/s (> 1: kshard faster); k/best against
+             the fastest torch side of the row (shown when there are several)
+  compile s  the compile side's warm-up wall time (dynamo + inductor, and
+             autotuning for compile-max, plus the warm-up steps), mean over
+             the repeats; excluded from tok/s. inductor's on-disk cache may
+             make a repeat launch compile faster (the JSON keeps each launch's)
+  MFU        under two conventions, both (F * tokens/s) / peak:
+             all-params     F = 6 * params + 12 * layers * width * seq, params
+                            = ALL parameters (embedding and position tables
+                            and head included; issue 6's figure)
+             matmul-params  F = 6 * matmul_params + 12 * layers * width * seq,
+                            matmul_params = 12 * layers * width^2 + width *
+                            vocab: the Linear weights (qkv, proj, fc1, fc2,
+                            head), not the embedding/position tables, biases
+                            or LayerNorms (PaLM's convention)
+             attention 12 * L * d * seq FLOPs per token (forward + backward of
+             QK^T and PV, counted without the causal half). peak =
+             --peak-tflops (989: the H200/H100 SXM bf16 dense tensor-core
+             peak). The fp32 rows use the SAME 989 denominator (fp32 has no
+             such peak; the figure only compares the sides), marked "*".
+             kshard's matmul_params is computed here from the size; the
+             twin's BENCH reports its own count, and a mismatch is flagged
   peak GiB   peak memory per rank: kshard's peak_bytes (Kokkos memory
              tracker, max over steps) and the twin's
-             torch.cuda.max_memory_allocated (over the steps), the max over
-             the repeats; ratio kshard / FSDP2 (<= 1: kshard uses less)
-  loss       last loss of each (both fall from ~ln(vocab) towards 0.5 nats)
+             torch.cuda.max_memory_allocated (over the timed steps), the max
+             over the repeats; mem k/best (and k/compile when compile runs):
+             kshard / that side (<= 1: kshard uses less)
+  loss       last loss of each (all fall from ~ln(vocab) towards 0.5 nats)
 
 Sizes (width, heads, layers, seq, batch per rank, vocab):
   small   256,  4, 4,  128, 32,   512
   medium 1024, 16, 8,  512,  8,  8192
   large  2048, 16, 8, 1024,  4, 32000
+  xl     4096, 32, 8, 1024,  4, 32000   (not in the default --sizes)
   tiny     64,  4, 2,   32,  8,    64   (a smoke test on a host build / CPU)
 or a custom size written WxHxLxSxBxV, e.g. 128x4x2x64x4x256.
 
@@ -37,15 +64,31 @@ defaults: 3 sizes x 2 recipes x 2 repeats x 2 sides = 24 launches of 20 steps):
   python3 bench/fsdp2/compare.py --exe build/cuda/examples/train/kshard-train \\
       --out $OUT/fsdp2.json
 
+The anchor of issue 20 (kshard against the best PyTorch can do on one GPU):
+
+  python3 bench/fsdp2/compare.py --exe build/cuda/examples/train/kshard-train \\
+      --sizes large,xl --recipes bf16 --torch-modes eager,compile,compile-max \\
+      --out $OUT/anchor.json
+
+Run time: the launches without compile cost what they did (seconds each at
+large and xl); each compile launch adds its compile, and a cold compile-max
+launch autotunes every matmul shape of forward and backward, expected to take
+minutes at large and xl (an estimate, not a measurement). The default
+--timeout is per side: 300 s, 600 s for compile, 900 s for compile-max; a
+--timeout given applies to every launch. Split a long run by sizes or modes
+where one command has a wall-clock limit.
+
 (if kshard-train's shared libraries travelled beside it, export
 LD_LIBRARY_PATH first.) kshard-train is launched as `mpiexec -n 1 --bind-to
 none EXE ...` with OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 set; --mpiexec '' runs
-it directly (MPI singleton). The twin runs as `python3 fsdp2_twin.py ...`,
-world size 1, NCCL (gloo with --device cpu).
+it directly (MPI singleton). The twin runs as `python3 fsdp2_twin.py
+--torch-mode M ...`, world size 1 (fsdp2: NCCL, gloo with --device cpu; the
+other modes no process group).
 
 Locally, without a GPU (host build; a CPU torch):
   python3 bench/fsdp2/compare.py --exe build/host/examples/train/kshard-train \\
-      --sizes tiny --device cpu --steps 10 --repeats 1 --out /tmp/fsdp2.json
+      --sizes tiny --device cpu --steps 10 --repeats 1 --torch-modes fsdp2,eager \\
+      --out /tmp/fsdp2.json
 
 A benchmark, not a test. A launch that fails (non-zero exit, no BENCH line,
 or a timeout) prints the tail of its output and the others go on; the exit
@@ -68,10 +111,20 @@ SIZES = {
     "small": (256, 4, 4, 128, 32, 512),
     "medium": (1024, 16, 8, 512, 8, 8192),
     "large": (2048, 16, 8, 1024, 4, 32000),
+    "xl": (4096, 32, 8, 1024, 4, 32000),
     "tiny": (64, 4, 2, 32, 8, 64),
 }
 KEYS = ("width", "heads", "layers", "seq", "batch", "vocab")
-IMPLS = ("kshard", "fsdp2")
+# The twin's --torch-mode values; each is a side of its own, named by its mode
+# (so the default run's rows keep issue 6's "fsdp2" key).
+TORCH_MODES = ("fsdp2", "eager", "compile", "compile-max")
+COMPILE_MODES = ("compile", "compile-max")
+LABEL = {"kshard": "kshard", "fsdp2": "FSDP2", "eager": "eager", "compile": "compile",
+         "compile-max": "compile-max"}
+# Seconds per launch when --timeout is not given: a cold compile-max autotunes
+# every matmul shape of forward and backward, which takes minutes.
+DEFAULT_TIMEOUT = {"compile": 600.0, "compile-max": 900.0}
+DEFAULT_TIMEOUT_OTHER = 300.0
 
 
 def parse_size(token):
@@ -88,7 +141,18 @@ def parse_size(token):
     return token, dict(zip(KEYS, vals))
 
 
+def matmul_params(size):
+    """The Linear weights of kshard-train's model (the twin's nn.Linear weights):
+    per layer qkv d x 3d, proj d x d, fc1 d x 4d, fc2 4d x d = 12 d^2, plus the
+    head d x vocab. No embedding/position tables, biases or LayerNorms."""
+    d = size["width"]
+    return 12 * size["layers"] * d * d + d * size["vocab"]
+
+
 def flops_per_token(params, size):
+    """6 FLOPs per parameter per token (forward + backward) plus attention's
+    12 * L * d * seq; params is all parameters or the matmul ones (the two MFU
+    conventions)."""
     return 6.0 * params + 12.0 * size["layers"] * size["width"] * size["seq"]
 
 
@@ -99,24 +163,31 @@ def model_args(size, recipe, steps):
     return args + ["--recipe", recipe, "--steps", str(steps), "--bench"]
 
 
+def launch_timeout(a, impl):
+    if a.timeout is not None:
+        return a.timeout
+    return DEFAULT_TIMEOUT.get(impl, DEFAULT_TIMEOUT_OTHER)
+
+
 def command(a, impl, size, recipe):
     margs = model_args(size, recipe, a.steps)
     if impl == "kshard":
         launcher = [a.mpiexec, "-n", "1", "--bind-to", "none"] if a.mpiexec else []
         return launcher + [a.exe] + margs + shlex.split(a.kshard_extra)
-    return ([a.python, os.path.join(HERE, "fsdp2_twin.py")] + margs +
+    return ([a.python, os.path.join(HERE, "fsdp2_twin.py"), "--torch-mode", impl] + margs +
             ["--device", a.device] + shlex.split(a.torch_extra))
 
 
 def launch(a, impl, size, recipe):
     cmd = command(a, impl, size, recipe)
+    timeout = launch_timeout(a, impl)
     env = dict(os.environ)
     if impl == "kshard":
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     text = " ".join(shlex.quote(c) for c in cmd)
     print(f"$ {text}", flush=True)
-    run = {"impl": impl, "recipe": recipe, "size": dict(size), "cmd": text}
+    run = {"impl": impl, "recipe": recipe, "size": dict(size), "cmd": text, "timeout_s": timeout}
     t0 = time.perf_counter()
     if a.dry_run:
         return run
@@ -126,7 +197,7 @@ def launch(a, impl, size, recipe):
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env=env, start_new_session=True)
         try:
-            out, _ = p.communicate(timeout=a.timeout)
+            out, _ = p.communicate(timeout=timeout)
             rc = p.returncode
         except subprocess.TimeoutExpired:
             try:
@@ -148,11 +219,13 @@ def launch(a, impl, size, recipe):
                 pass
     if rc == 0 and bench is not None:
         run["bench"] = bench
-        print(f"  {impl:6s} {recipe:4s}: {bench['tokens_per_s_median']:12.0f} tok/s (median), "
+        comp = (f", compile {bench['compile_s']:.1f} s (excluded)"
+                if bench.get("warmup_steps") else "")
+        print(f"  {impl:11s} {recipe:4s}: {bench['tokens_per_s_median']:12.0f} tok/s (median), "
               f"peak {bench['peak_bytes'] / 2**30:.3f} GiB, loss {bench['first_loss']:.3f} -> "
-              f"{bench['last_loss']:.3f}, {run['wall_s']:.1f} s", flush=True)
+              f"{bench['last_loss']:.3f}{comp}, {run['wall_s']:.1f} s", flush=True)
     else:
-        why = ("timed out after %g s" % a.timeout if rc is None and "could not start" not in out
+        why = ("timed out after %g s" % timeout if rc is None and "could not start" not in out
                else f"exit code {rc}" if rc not in (0, None) else
                "no BENCH line" if rc == 0 else out.strip())
         tail = "\n".join(out.splitlines()[-a.tail:])
@@ -163,9 +236,13 @@ def launch(a, impl, size, recipe):
     return run
 
 
-def summarize(name, size, recipe, runs, peak_flops):
-    row = {"size": name, **size, "recipe": recipe}
-    for impl in IMPLS:
+def summarize(name, size, recipe, runs, peak_flops, modes=("fsdp2",)):
+    """One table row: per side (kshard and each torch mode) the means over its
+    successful launches, then kshard against each mode and against the best."""
+    mm_formula = matmul_params(size)
+    row = {"size": name, **size, "recipe": recipe, "modes": list(modes),
+           "matmul_params": mm_formula}
+    for impl in ("kshard",) + tuple(modes):
         ok = [r["bench"] for r in runs if r["impl"] == impl and "bench" in r]
         row[impl] = None
         if not ok:
@@ -173,66 +250,149 @@ def summarize(name, size, recipe, runs, peak_flops):
         t = [b["tokens_per_s_median"] for b in ok]
         mean = sum(t) / len(t)
         params = ok[0]["params"]
-        row[impl] = {
+        # kshard's BENCH has no matmul count: the formula is its count. The
+        # twin counts its nn.Linear weights itself (an older twin did not).
+        mm_reported = ok[0].get("matmul_params")
+        mm = mm_reported if mm_reported is not None else mm_formula
+        side = {
             "runs": len(ok), "tokens_per_s": mean, "tokens_per_s_runs": t,
             "spread": (max(t) - min(t)) / mean if mean > 0 else 0.0,
-            "params": params,
+            "params": params, "matmul_params": mm, "matmul_params_reported": mm_reported,
             "mfu": flops_per_token(params, size) * mean / peak_flops,
+            "mfu_matmul": flops_per_token(mm, size) * mean / peak_flops,
             "peak_bytes": max(b["peak_bytes"] for b in ok),
             "first_loss": ok[-1]["first_loss"], "last_loss": ok[-1]["last_loss"],
         }
-    k, f = row["kshard"], row["fsdp2"]
-    row["ratio"] = k["tokens_per_s"] / f["tokens_per_s"] if k and f and f["tokens_per_s"] else None
-    row["peak_ratio"] = k["peak_bytes"] / f["peak_bytes"] if k and f and f["peak_bytes"] else None
-    row["params_match"] = (k["params"] == f["params"]) if k and f else None
+        if impl in COMPILE_MODES:
+            c = [b.get("compile_s", 0.0) for b in ok]
+            rc = [b.get("recompiles_timed") for b in ok]
+            side["compile_s"] = sum(c) / len(c)
+            side["compile_s_runs"] = c
+            side["recompiles_timed"] = max((x for x in rc if x is not None), default=None)
+        row[impl] = side
+
+    k = row["kshard"]
+
+    def ratio(num, den, key):
+        return num[key] / den[key] if num and den and den[key] else None
+
+    row["ratios"] = {m: ratio(k, row[m], "tokens_per_s") for m in modes}
+    row["peak_ratios"] = {m: ratio(k, row[m], "peak_bytes") for m in modes}
+    ran = [m for m in modes if row[m]]
+    best = max(ran, key=lambda m: row[m]["tokens_per_s"]) if ran else None
+    row["best"] = best
+    # "ratio" and "peak_ratio" are kshard against the best mode: with the
+    # default modes (fsdp2 alone) they mean what issue 6's rows meant.
+    row["ratio"] = row["ratios"][best] if best else None
+    row["peak_ratio"] = row["peak_ratios"][best] if best else None
+    row["peak_ratio_compile"] = row["peak_ratios"].get("compile")
+    twins = [row[m] for m in ran]
+    row["params_match"] = all(t["params"] == k["params"] for t in twins) if k and twins else None
+    reported = [t["matmul_params_reported"] for t in twins
+                if t["matmul_params_reported"] is not None]
+    row["matmul_match"] = all(x == mm_formula for x in reported) if reported else None
     return row
 
 
 def count(n):
-    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k"
+    return (f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else
+            f"{n / 1e3:.1f}k")
 
 
 def fmt_table(rows, peak_tflops):
-    hdr = ["size", "recipe", "params", "kshard tok/s", "FSDP2 tok/s", "ratio", "spread",
-           "kshard MFU", "FSDP2 MFU", "kshard GiB", "FSDP2 GiB", "mem ratio",
-           "last loss k / F"]
+    modes = list(rows[0].get("modes", ["fsdp2"])) if rows else ["fsdp2"]
+    several = len(modes) > 1
+    comp = [m for m in modes if m in COMPILE_MODES]
+    vs = "best" if several else LABEL[modes[0]]  # whom the summary columns compare with
+    hdr = (["size", "recipe", "params all / matmul", "kshard tok/s"] +
+           [f"{LABEL[m]} tok/s" for m in modes] +
+           [f"k/{LABEL[m]}" for m in modes] + (["k/best"] if several else []) +
+           ["spread"] + [f"compile s ({LABEL[m]})" for m in comp] +
+           ["kshard GiB"] + [f"{LABEL[m]} GiB" for m in modes] +
+           [f"mem k/{vs}"] + (["mem k/compile"] if several and "compile" in modes else []) +
+           [f"MFU all-params k / {vs}", f"MFU matmul-params k / {vs}",
+            "last loss k / " + " / ".join(LABEL[m] for m in modes)])
     lines = []
     for r in rows:
-        k, f = r["kshard"], r["fsdp2"]
+        k = r["kshard"]
+        sides = [r.get(m) for m in modes]
+        best = r[r["best"]] if r.get("best") else None
         fp32 = r["recipe"] == "fp32"
 
         def tps(x):
             return f"{x['tokens_per_s']:,.0f}" if x else "FAILED"
 
-        def mfu(x):
-            return f"{100 * x['mfu']:.1f}%" + ("*" if fp32 else "") if x else "-"
+        def times(v, unit="x"):
+            return f"{v:.2f}{unit}" if v else "-"
+
+        def mfu(key):
+            if not k and not best:
+                return "-"
+            star = "*" if fp32 else ""
+            return " / ".join(f"{100 * x[key]:.1f}%{star}" if x else "-" for x in (k, best))
 
         def gib(x):
             return f"{x['peak_bytes'] / 2**30:.3f}" if x else "-"
 
-        params = (k or f or {}).get("params")
-        ptxt = "-" if params is None else count(params)
+        def compile_s(x):
+            if not x:
+                return "-"
+            warn = " (!recompiled)" if x.get("recompiles_timed") else ""
+            return f"{x['compile_s']:.1f}{warn}"
+
+        ref = next((x for x in [k] + sides if x), {})
+        if ref:
+            ptxt = f"{count(ref['params'])} / {count(r['matmul_params'])}"
+        else:
+            ptxt = "-"
+        # A mismatch in exact counts: a rounded one could hide it.
         if r["params_match"] is False:
-            ptxt += f" (!= {count(f['params'])})"
-        spread = max((x["spread"] for x in (k, f) if x), default=None)
-        loss = " / ".join(f"{x['last_loss']:.3f}" if x else "-" for x in (k, f))
-        lines.append([
-            r["size"], r["recipe"], ptxt, tps(k), tps(f),
-            f"{r['ratio']:.2f}x" if r["ratio"] else "-",
-            f"{100 * spread:.0f}%" if spread is not None else "-",
-            mfu(k), mfu(f), gib(k), gib(f),
-            f"{r['peak_ratio']:.2f}" if r["peak_ratio"] else "-", loss])
+            others = sorted({x["params"] for x in sides if x and x["params"] != k["params"]})
+            ptxt += f" (all {k['params']} != twin " + ", ".join(map(str, others)) + ")"
+        if r.get("matmul_match") is False:
+            others = sorted({x["matmul_params_reported"] for x in sides
+                             if x and x["matmul_params_reported"] not in (None,
+                                                                          r["matmul_params"])})
+            ptxt += (f" (matmul {r['matmul_params']} != twin " + ", ".join(map(str, others)) +
+                     ")")
+        spread = max((x["spread"] for x in [k] + sides if x), default=None)
+        kbest = times(r["ratio"]) + (f" ({LABEL[r['best']]})" if r["ratio"] else "")
+        loss = " / ".join(f"{x['last_loss']:.3f}" if x else "-" for x in [k] + sides)
+        lines.append(
+            [r["size"], r["recipe"], ptxt, tps(k)] + [tps(x) for x in sides] +
+            [times(r["ratios"][m]) for m in modes] + ([kbest] if several else []) +
+            [f"{100 * spread:.0f}%" if spread is not None else "-"] +
+            [compile_s(r.get(m)) for m in comp] +
+            [gib(k)] + [gib(x) for x in sides] + [times(r["peak_ratio"], "")] +
+            ([times(r["peak_ratio_compile"], "")] if several and "compile" in modes else []) +
+            [mfu("mfu"), mfu("mfu_matmul"), loss])
     widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(hdr)]
     out = ["| " + " | ".join(h.ljust(w) for h, w in zip(hdr, widths)) + " |",
            "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += ["| " + " | ".join(c.ljust(w) for c, w in zip(l, widths)) + " |" for l in lines]
-    out.append(f"MFU = (6 x params + 12 x layers x width x seq) x tokens/s / {peak_tflops:g} "
-               f"TFLOP/s (all params; causal attention counted in full).")
+    what = {"fsdp2": "FSDP2 = the twin under fully_shard (1 rank)",
+            "eager": "eager = the twin on one device, no FSDP",
+            "compile": "compile = eager + torch.compile(forward + loss)",
+            "compile-max": 'compile-max = compile with mode="max-autotune-no-cudagraphs"'}
+    out.append("Sides: " + "; ".join(what[m] for m in modes) +
+               ("; best = the fastest of them in the row" if several else "") + ".")
+    out.append(f"MFU all-params = (6 x params + 12 x layers x width x seq) x tokens/s / "
+               f"{peak_tflops:g} TFLOP/s, params = ALL parameters (embedding and position "
+               "tables included).")
+    out.append(f"MFU matmul-params = (6 x matmul_params + 12 x layers x width x seq) x "
+               f"tokens/s / {peak_tflops:g} TFLOP/s, matmul_params = 12 x layers x width^2 + "
+               "width x vocab (Linear weights only; no embedding/position tables, biases or "
+               "LayerNorms: PaLM's convention). Both count causal attention in full.")
     out.append(f"* fp32 rows: against the same {peak_tflops:g} TFLOP/s bf16 dense peak "
                "(a comparison between the sides, not an fp32 utilisation).")
+    if comp:
+        out.append("compile s: wall time of the twin's untimed warm-up steps (compile"
+                   + (", autotune" if "compile-max" in comp else "") +
+                   " and the steps themselves), mean over the repeats: EXCLUDED from tok/s "
+                   "(weights restored after the warm-up, so the timed steps match kshard's).")
     out.append("tok/s: mean over the repeats of each launch's median over steps 2..N; spread: "
-               "the larger (max-min)/mean of the two sides; GiB: peak per rank (max over "
-               "repeats); ratios kshard / FSDP2.")
+               "the largest (max-min)/mean of the sides; GiB: peak per rank (max over "
+               f"repeats); ratios kshard / {'that side' if several else LABEL[modes[0]]}.")
     return "\n".join(out)
 
 
@@ -243,10 +403,14 @@ def write_out(a, runs, rows, started, done):
     os.makedirs(d, exist_ok=True)
     doc = {"complete": done, "started": started, "argv": sys.argv,
            "config": {"sizes": [n for n, _ in a.sizes], "recipes": a.recipes, "steps": a.steps,
-                      "repeats": a.repeats, "exe": a.exe, "mpiexec": a.mpiexec,
-                      "python": a.python, "device": a.device, "kshard_extra": a.kshard_extra,
-                      "torch_extra": a.torch_extra, "peak_tflops": a.peak_tflops,
-                      "mfu_flops_per_token": "6*params + 12*layers*width*seq"},
+                      "repeats": a.repeats, "torch_modes": a.torch_modes, "exe": a.exe,
+                      "mpiexec": a.mpiexec, "python": a.python, "device": a.device,
+                      "kshard_extra": a.kshard_extra, "torch_extra": a.torch_extra,
+                      "peak_tflops": a.peak_tflops,
+                      "timeout_s": {m: launch_timeout(a, m) for m in a.impls},
+                      "mfu_flops_per_token": "6*params + 12*layers*width*seq",
+                      "mfu_matmul_flops_per_token": "6*matmul_params + 12*layers*width*seq",
+                      "matmul_params": "12*layers*width^2 + width*vocab"},
            "rows": rows, "runs": runs}
     tmp = a.out + ".tmp"
     with open(tmp, "w") as fh:
@@ -260,8 +424,10 @@ def main():
                                  epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--exe", required=True, help="kshard-train executable")
     ap.add_argument("--sizes", default="small,medium,large",
-                    help="comma-separated: small, medium, large, tiny or WxHxLxSxBxV")
+                    help="comma-separated: small, medium, large, xl, tiny or WxHxLxSxBxV")
     ap.add_argument("--recipes", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    ap.add_argument("--torch-modes", default="fsdp2",
+                    help="comma-separated torch sides: fsdp2, eager, compile, compile-max")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps per launch")
     ap.add_argument("--repeats", type=int, default=2, help="launches of each side per cell")
     ap.add_argument("--mpiexec", default="mpiexec",
@@ -273,7 +439,8 @@ def main():
     ap.add_argument("--torch-extra", default="", help="extra fsdp2_twin.py options (one string)")
     ap.add_argument("--peak-tflops", type=float, default=989.0,
                     help="MFU denominator in TFLOP/s (989: H200/H100 SXM bf16 dense)")
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per launch")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per launch (default: 300, compile 600, compile-max 900)")
     ap.add_argument("--tail", type=int, default=25, help="output lines shown for a failure")
     ap.add_argument("--out", help="write the full results here as JSON")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -286,11 +453,18 @@ def main():
     for r in a.recipes:
         if r not in ("fp32", "bf16"):
             ap.error(f"recipe '{r}': expected fp32 or bf16 (the twin has no fp16/fp8)")
-    if a.steps < 2 or a.repeats < 1 or not a.sizes or not a.recipes:
-        ap.error("need --steps >= 2, --repeats >= 1, at least one size and one recipe")
+    a.torch_modes = list(dict.fromkeys(m.strip() for m in a.torch_modes.split(",") if m.strip()))
+    for m in a.torch_modes:
+        if m not in TORCH_MODES:
+            ap.error(f"torch mode '{m}': expected one of {', '.join(TORCH_MODES)}")
+    if a.steps < 2 or a.repeats < 1 or not a.sizes or not a.recipes or not a.torch_modes:
+        ap.error("need --steps >= 2, --repeats >= 1, at least one size, recipe and torch mode")
+    a.impls = ["kshard"] + a.torch_modes  # one round: kshard, then each mode in order
     if not a.dry_run and not os.path.exists(a.exe):
         print(f"compare.py: warning: --exe {a.exe} does not exist; its launches will fail",
               file=sys.stderr)
+    print("sides: " + ", ".join(a.impls) + "; timeout per launch: " +
+          ", ".join(f"{m} {launch_timeout(a, m):g} s" for m in a.impls), flush=True)
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     runs, rows = [], []
@@ -304,7 +478,7 @@ def main():
                   flush=True)
             cell = []
             for rep in range(a.repeats):
-                for impl in IMPLS:
+                for impl in a.impls:
                     r = launch(a, impl, size, recipe)
                     r["size_name"], r["repeat"] = name, rep
                     cell.append(r)
@@ -312,18 +486,30 @@ def main():
                     failed += 1 if "error" in r else 0
                     write_out(a, runs, rows, started, False)
             if not a.dry_run:
-                rows.append(summarize(name, size, recipe, cell, a.peak_tflops * 1e12))
+                rows.append(summarize(name, size, recipe, cell, a.peak_tflops * 1e12,
+                                      a.torch_modes))
                 write_out(a, runs, rows, started, False)
     if a.dry_run:
         return 0
     write_out(a, runs, rows, started, True)
-    print(f"\nkshard-train ({a.exe}) vs PyTorch FSDP2 twin, 1 rank, {a.steps} steps, "
-          f"{a.repeats} repeat(s), {time.perf_counter() - t_all:.0f} s in all\n")
+    print(f"\nkshard-train ({a.exe}) vs PyTorch twin ({', '.join(a.torch_modes)}), 1 rank, "
+          f"{a.steps} steps, {a.repeats} repeat(s), {time.perf_counter() - t_all:.0f} s in all\n")
     print(fmt_table(rows, a.peak_tflops))
     for r in rows:
-        if r["params_match"] is False:
-            print(f"WARNING: {r['size']}: kshard has {r['kshard']['params']} params, the twin "
-                  f"{r['fsdp2']['params']}: the models differ")
+        k = r["kshard"]
+        for m in a.torch_modes:
+            x = r[m]
+            if r["params_match"] is False and x and x["params"] != k["params"]:
+                print(f"WARNING: {r['size']}: kshard has {k['params']} params, the twin ({m}) "
+                      f"{x['params']}: the models differ")
+            if x and x["matmul_params_reported"] not in (None, r["matmul_params"]):
+                print(f"WARNING: {r['size']}: the twin ({m}) counts {x['matmul_params_reported']}"
+                      f" matmul params, the formula {r['matmul_params']}: the MFU matmul-params "
+                      "column of kshard and the twin count different models")
+            if x and x.get("recompiles_timed"):
+                print(f"WARNING: {r['size']} {r['recipe']}: the twin ({m}) recompiled "
+                      f"{x['recompiles_timed']} graph(s) in its timed steps: compile time is "
+                      "inside its tok/s")
     if a.out:
         print(f"\nresults: {a.out}")
     if failed:

@@ -1,10 +1,19 @@
 #!/usr/bin/env python3
-"""fsdp2_twin: kshard-train's model, data and optimizer in PyTorch FSDP2.
+"""fsdp2_twin: kshard-train's model, data and optimizer in PyTorch (FSDP2, eager, compiled).
 
 The reference side of bench/fsdp2/compare.py. It trains the model that
 examples/train/train.cpp builds, on the same data, with the same optimizer
 settings and the same timing rules, and prints kshard-train's "BENCH {json}"
-keys where they mean the same thing.
+keys where they mean the same thing. --torch-mode picks how PyTorch runs it
+(issue 20: the anchor is the best of them, not FSDP2 alone):
+
+  fsdp2        (default) fully_shard as described under FSDP2 below; any
+               world size (torchrun), NCCL or gloo
+  eager        one device, no process group, no FSDP: the plain module
+  compile      as eager, but the model's forward AND the loss are one
+               torch.compile'd function (default mode, inductor)
+  compile-max  as compile with mode="max-autotune-no-cudagraphs"
+eager, compile and compile-max refuse WORLD_SIZE > 1 (one device only).
 
 Model (mirrors kshard's layers; the parameter count equals kshard-train's):
   Embedding(vocab, d) with a learned position table (max_seq = --seq), both
@@ -19,6 +28,14 @@ Model (mirrors kshard's layers; the parameter count equals kshard-train's):
   LayerNorm(d) -> Linear(d, vocab) head with bias
   loss: mean cross entropy over all tokens (logits upcast to f32 first, as
   autocast does and as kshard's loss statistics are f32)
+Parameter counts in BENCH:
+  params         all parameters: embedding and position tables, every Linear
+                 weight and bias, every LayerNorm weight and bias
+  matmul_params  the weights of the nn.Linear modules only: per layer qkv
+                 (d x 3d), proj (d x d), fc1 (d x 4d), fc2 (4d x d), i.e.
+                 12 d^2, plus the head (d x vocab): 12 L d^2 + d vocab. Not the
+                 embedding or position tables (lookups, no matmul), not the
+                 biases, not the LayerNorms (PaLM's MFU convention)
 Init: LayerNorm ones/zeros, Linear PyTorch's default uniform(+-1/sqrt(fan_in))
   for weight and bias (the same law kshard uses; the draws differ).
 FSDP2: fully_shard on each TransformerLayer, then on the root (which holds the
@@ -26,6 +43,15 @@ FSDP2: fully_shard on each TransformerLayer, then on the root (which holds the
   embedding, the final LayerNorm and the head as units of their own, as
   kshard-train does (every layer one FSDP unit). Reshard after forward on.
   --recipe bf16: MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32).
+eager / compile / compile-max: the module as built, on one device, no wrapper.
+  --recipe bf16: torch.autocast(device, bfloat16) around forward + loss with
+  f32 parameters (f32 master weights, f32 gradients): PyTorch's standard AMP
+  recipe. Unlike FSDP2's param_dtype, autocast runs the LayerNorms, the
+  embedding sum and the residual stream in f32 and only the matmuls and
+  attention in bf16; --recipe fp32: no autocast. The compiled function is
+      fwd_loss(ids, tgt) = cross_entropy(model(ids).float(), tgt)  (autocast inside)
+  so inductor sees the head and the loss in the same graph; backward and the
+  optimizer step run outside it, as in the other modes.
 Optimizer: torch.optim.AdamW(fused=True), lr 3e-3, betas (0.9, 0.999), eps 1e-8,
   weight_decay 0 (kshard's FusedAdam defaults), global-norm clipping at --clip
   (1.0, kshard-train's default) through clip_grad_norm_.
@@ -38,14 +64,34 @@ Timing: as kshard-train: each step is timed between synchronisations;
   tokens_per_s is the mean and tokens_per_s_median the median over steps
   2..N (step 1 pays first-use costs); peak_bytes is
   torch.cuda.max_memory_allocated over the steps (reset before step 1).
+  fsdp2 and eager take no warm-up (that rule alone). compile and compile-max
+  first run --warmup full steps (default 2: forward, backward, clip,
+  optimizer step) on the first batches, untimed: dynamo traces, inductor
+  compiles (and autotunes) the forward on the first call and the backward on
+  the first backward. Their wall time is BENCH's compile_s: excluded from
+  tokens/s, stated beside it (it includes the warm-up steps' own compute,
+  negligible beside a compile). Before the warm-up the parameters are copied
+  to the host; after it they are copied back in place (the compiled code
+  keeps the same tensors) and the optimizer is built afresh (it had no state
+  yet), so the timed steps 1..N start from the same weights and see the same
+  batches as kshard's steps 1..N and the losses stay comparable step for
+  step. inductor's on-disk caches (/tmp/torchinductor_$USER) survive between
+  launches, so a repeat launch may compile faster: compile_s is per launch;
+  TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 makes every launch compile cold.
+  recompiles_timed counts dynamo graphs compiled during the timed steps
+  (should be 0; a non-zero count means compile time leaked into tokens/s).
 
-Launch: single process, world size 1, no torchrun needed (MASTER_ADDR/PORT
-are set here); under torchrun the RANK/WORLD_SIZE it sets are used and the
-data are sliced per rank as kshard does.
+Launch: single process, world size 1, no torchrun needed (fsdp2 sets
+MASTER_ADDR/PORT itself; the other modes create no process group); under
+torchrun (fsdp2 only) the RANK/WORLD_SIZE it sets are used and the data are
+sliced per rank as kshard does.
 
   python3 bench/fsdp2/fsdp2_twin.py --width 1024 --heads 16 --layers 8 \
       --seq 512 --batch 8 --vocab 8192 --recipe bf16 --steps 20 --bench
+  python3 bench/fsdp2/fsdp2_twin.py --torch-mode compile-max --width 4096 --heads 32 \
+      --layers 8 --seq 1024 --batch 4 --vocab 32000 --recipe bf16 --steps 20 --bench
   python3 bench/fsdp2/fsdp2_twin.py --device cpu --width 64 --layers 2 --steps 30  # gloo
+  python3 bench/fsdp2/fsdp2_twin.py --device cpu --torch-mode eager --steps 30
 """
 import argparse
 import json
@@ -206,8 +252,20 @@ def tf32_state(torch):
         return None
 
 
+TORCH_MODES = ("fsdp2", "eager", "compile", "compile-max")
+# The compile modes and their torch.compile(mode=...) (None: inductor's default).
+COMPILE_MODES = {"compile": None, "compile-max": "max-autotune-no-cudagraphs"}
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--torch-mode", default="fsdp2", choices=TORCH_MODES,
+                    help="fsdp2: fully_shard (default); eager: one device, no FSDP; compile: "
+                         "torch.compile of forward + loss; compile-max: the same with "
+                         "mode=max-autotune-no-cudagraphs")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed warm-up steps of the compile modes, weights restored after "
+                         "(default 2; the other modes take none)")
     ap.add_argument("--recipe", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--width", type=int, default=64)
@@ -236,26 +294,51 @@ def parse_args(argv=None):
             ap.error(f"--{k} must be >= 1")
     if a.vocab < 2:
         ap.error("--vocab must be >= 2")
+    if a.torch_mode in COMPILE_MODES:
+        a.warmup = 2 if a.warmup is None else a.warmup
+        if a.warmup < 1:
+            ap.error("--warmup must be >= 1 for a compile mode (else compile time is timed)")
+    elif a.warmup:
+        # fsdp2 and eager keep kshard-train's rule: no warm-up, step 1 excluded.
+        ap.error(f"--warmup applies to the compile modes only, not --torch-mode {a.torch_mode}")
+    else:
+        a.warmup = 0
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if a.torch_mode != "fsdp2" and world > 1:
+        ap.error(f"--torch-mode {a.torch_mode} runs on one device; WORLD_SIZE is {world} "
+                 "(only fsdp2 runs under torchrun)")
+    if a.torch_mode != "fsdp2" and a.wrap != "blocks":
+        ap.error("--wrap applies to --torch-mode fsdp2 only")
+    if a.torch_mode != "fsdp2" and a.no_reshard_after_forward:
+        ap.error("--no-reshard-after-forward applies to --torch-mode fsdp2 only")
     return a
 
 
 def main(argv=None):
     a = parse_args(argv)
     import torch
-    import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "MASTER_PORT" not in os.environ:
-        os.environ["MASTER_PORT"] = str(free_port())
-    rank = int(os.environ.setdefault("RANK", "0"))
-    world = int(os.environ.setdefault("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.setdefault("LOCAL_RANK", str(rank)))
-
+    mode = a.torch_mode
+    sharded = mode == "fsdp2"
     cuda = a.device == "cuda"
+    if sharded:
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "MASTER_PORT" not in os.environ:
+            os.environ["MASTER_PORT"] = str(free_port())
+        rank = int(os.environ.setdefault("RANK", "0"))
+        world = int(os.environ.setdefault("WORLD_SIZE", "1"))
+        local_rank = int(os.environ.setdefault("LOCAL_RANK", str(rank)))
+    else:
+        # One device, no process group (parse_args refused WORLD_SIZE > 1).
+        dist = None
+        rank, world, local_rank = 0, 1, int(os.environ.get("LOCAL_RANK", "0"))
+
     if cuda:
         if not torch.cuda.is_available():
             sys.exit("fsdp2_twin: error: --device cuda but torch sees no GPU (use --device cpu)")
@@ -267,30 +350,78 @@ def main(argv=None):
     else:
         device = torch.device("cpu")
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh(device.type, (world,))
+    if sharded:
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+        mesh = init_device_mesh(device.type, (world,))
 
     torch.manual_seed(a.seed)
     with device:  # parameters created and initialised on the device directly
         model = build_model(torch, nn, F, a)
+    # Counted before fully_shard (which turns the parameters into DTensor
+    # shards); see the docstring for what each count includes.
     params = sum(p.numel() for p in model.parameters())
+    matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
-    kw = {"mesh": mesh, "reshard_after_forward": not a.no_reshard_after_forward}
-    if a.recipe == "bf16":
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                               reduce_dtype=torch.float32)
-    if a.wrap == "units":
-        for unit in (model.embed, model.ln_f, model.head):
-            fully_shard(unit, **kw)
-    for layer in model.layers:
-        fully_shard(layer, **kw)
-    fully_shard(model, **kw)
+    if sharded:
+        kw = {"mesh": mesh, "reshard_after_forward": not a.no_reshard_after_forward}
+        if a.recipe == "bf16":
+            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                   reduce_dtype=torch.float32)
+        if a.wrap == "units":
+            for unit in (model.embed, model.ln_f, model.head):
+                fully_shard(unit, **kw)
+        for layer in model.layers:
+            fully_shard(layer, **kw)
+        fully_shard(model, **kw)
 
-    opt_kw = {"lr": a.lr, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
-    if a.no_fused:
-        opt = torch.optim.AdamW(model.parameters(), foreach=True, **opt_kw)
-    else:
-        opt = torch.optim.AdamW(model.parameters(), fused=True, **opt_kw)
+    def make_opt():
+        opt_kw = {"lr": a.lr, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+        if a.no_fused:
+            return torch.optim.AdamW(model.parameters(), foreach=True, **opt_kw)
+        return torch.optim.AdamW(model.parameters(), fused=True, **opt_kw)
+
+    opt = make_opt()
+
+    # Forward + loss as one function: the unit torch.compile sees in the
+    # compile modes (the head's logits and the f32 cross entropy in one graph).
+    def forward_loss(ids, tgt):
+        logits = model(ids)
+        return F.cross_entropy(logits.float().view(-1, a.vocab), tgt.view(-1))
+
+    def autocast_forward_loss(ids, tgt):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            return forward_loss(ids, tgt)
+
+    # FSDP2 casts through its MixedPrecisionPolicy; without it, bf16 is
+    # autocast over forward + loss with the f32 parameters as master, inside
+    # the function so that a compile mode traces the autocast region too.
+    fwd_loss = autocast_forward_loss if a.recipe == "bf16" and not sharded else forward_loss
+    if mode in COMPILE_MODES:
+        fwd_loss = torch.compile(fwd_loss, mode=COMPILE_MODES[mode])
+
+    def train_step(opt, ids_h, tgt_h):
+        ids = ids_h.to(device, non_blocking=True)
+        tgt = tgt_h.to(device, non_blocking=True)
+        loss = fwd_loss(ids, tgt)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                            a.clip if a.clip > 0 else float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss, gn
+
+    def all_reduce(t, op):
+        if sharded:
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+
+    def dynamo_graphs():
+        # Graphs dynamo compiled so far (a recompile adds one); None where
+        # this torch lacks the counter.
+        try:
+            from torch._dynamo.utils import counters
+            return int(counters["stats"]["unique_graphs"])
+        except Exception:
+            return None
 
     task = MarkovTask(a.vocab, a.seed)
     # Rank r's slice of global step s: sequences (s * world + r) * batch ... + batch - 1.
@@ -303,16 +434,56 @@ def main(argv=None):
     tokens_per_step = float(a.batch * a.seq * world)
     root = rank == 0
     if root:
-        print(f"fsdp2_twin: {world} ranks, {a.device} ({'nccl' if cuda else 'gloo'}), recipe "
-              f"{a.recipe}, {a.layers} x TransformerLayer(d={a.width}, heads={a.heads}, "
-              f"ff={4 * a.width}), vocab {a.vocab}, seq {a.seq}, batch {a.batch}/rank, "
-              f"{params} params, torch {torch.__version__}, wrap {a.wrap}", flush=True)
+        how = {"fsdp2": f"FSDP2 fully_shard, wrap {a.wrap}",
+               "eager": "one device, no FSDP",
+               "compile": "one device, no FSDP, torch.compile(forward + loss)",
+               "compile-max": "one device, no FSDP, torch.compile(forward + loss, "
+                              "mode=max-autotune-no-cudagraphs)"}[mode]
+        pg = ("nccl" if cuda else "gloo") if sharded else "no process group"
+        prec = ("" if a.recipe == "fp32" else " (param_dtype bf16)" if sharded
+                else " (autocast bf16, f32 master weights)")
+        print(f"fsdp2_twin: torch-mode {mode} ({how}), {world} ranks, {a.device} ({pg}), "
+              f"recipe {a.recipe}{prec}, {a.layers} x TransformerLayer(d={a.width}, "
+              f"heads={a.heads}, ff={4 * a.width}), vocab {a.vocab}, seq {a.seq}, batch "
+              f"{a.batch}/rank, {params} params ({matmul_params} matmul), torch "
+              f"{torch.__version__}", flush=True)
         print(f"task: Markov chain, 2 successors per token (p 0.8/0.2): uniform guess "
               f"{math.log(a.vocab):.3f} nats, floor {task.entropy_floor():.3f} nats", flush=True)
 
     def sync():
         if cuda:
             torch.cuda.synchronize()
+
+    compile_s = 0.0
+    graphs_before = None
+    if a.warmup:
+        # Compile (and autotune) outside the timed steps. The weights go to the
+        # host and come back in place after (no dropout, so no RNG to restore);
+        # the optimizer is rebuilt, as it had no state before the warm-up. The
+        # timed steps then start where kshard's do, on the same batches.
+        saved = [p.detach().to("cpu", copy=True) for p in model.parameters()]
+        if root:
+            what = "compile, autotune" if mode == "compile-max" else "compile"
+            print(f"warm-up: {a.warmup} untimed steps ({what}); weights restored after",
+                  flush=True)
+        sync()
+        t0 = time.perf_counter()
+        for w in range(a.warmup):
+            loss, gn = train_step(opt, *batches[w % len(batches)])
+            if root:
+                print(f"warm-up {w + 1}/{a.warmup}  loss {float(loss):.4f}  "
+                      f"{time.perf_counter() - t0:.1f} s", flush=True)
+        sync()
+        compile_s = time.perf_counter() - t0
+        del loss, gn
+        with torch.no_grad():
+            for p, s in zip(model.parameters(), saved):
+                p.copy_(s)
+        del saved
+        opt = make_opt()
+        graphs_before = dynamo_graphs()
+        if root:
+            print(f"warm-up: {compile_s:.1f} s (compile_s, excluded from tokens/s)", flush=True)
 
     loss_buf = torch.zeros(2, dtype=torch.float64, device=device)
     if cuda:
@@ -323,23 +494,14 @@ def main(argv=None):
     for step in range(a.steps):
         sync()
         t0 = time.perf_counter()
-        ids_h, tgt_h = batches[step]
-        ids = ids_h.to(device, non_blocking=True)
-        tgt = tgt_h.to(device, non_blocking=True)
-        logits = model(ids)
-        loss = F.cross_entropy(logits.float().view(-1, a.vocab), tgt.view(-1))
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                            a.clip if a.clip > 0 else float("inf"))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss, gn = train_step(opt, *batches[step])
         sync()
         seconds = time.perf_counter() - t0
         # Outside the timed region (kshard reduces its loss after the step too).
         loss_buf[0] = loss.detach().double()
         loss_buf[1] = seconds
-        dist.all_reduce(loss_buf[:1], op=dist.ReduceOp.SUM)
-        dist.all_reduce(loss_buf[1:], op=dist.ReduceOp.MAX)
+        all_reduce(loss_buf[:1], "SUM")
+        all_reduce(loss_buf[1:], "MAX")
         mean_loss = float(loss_buf[0]) / world
         step_tps = tokens_per_step / float(loss_buf[1])
         if step == 0:
@@ -353,10 +515,14 @@ def main(argv=None):
             print(f"step {step + 1:4d}/{a.steps}  loss {mean_loss:.4f}  grad_norm {gnv:.3f}  "
                   f"tokens/s {step_tps:10.0f}  peak/rank {peak / 2**20:.3f} MiB", flush=True)
 
+    recompiles = None
+    if graphs_before is not None:
+        graphs_after = dynamo_graphs()
+        recompiles = None if graphs_after is None else graphs_after - graphs_before
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     reserved = torch.cuda.max_memory_reserved() if cuda else 0
     pk = torch.tensor([float(peak), float(reserved)], dtype=torch.float64, device=device)
-    dist.all_reduce(pk, op=dist.ReduceOp.MAX)
+    all_reduce(pk, "MAX")
     tps_mean = sum(tps) / len(tps) if tps else 0.0
     # kshard takes the upper median (sorted[n // 2]); do the same.
     tps_median = sorted(tps)[len(tps) // 2] if tps else 0.0
@@ -365,23 +531,34 @@ def main(argv=None):
               f"{math.log(a.vocab):.3f}, floor {task.entropy_floor():.3f}) steps={a.steps}")
         print(f"summary: tokens/s mean {tps_mean:.0f} median {tps_median:.0f} (steps "
               f"2..{max(a.steps, 2)}, {tokens_per_step:.0f} tokens per step over {world} ranks)")
-        print(f"summary: params={params}  peak per rank {float(pk[0]) / 2**20:.3f} MiB "
-              f"(reserved {float(pk[1]) / 2**20:.3f} MiB)")
+        print(f"summary: params={params} matmul_params={matmul_params}  peak per rank "
+              f"{float(pk[0]) / 2**20:.3f} MiB (reserved {float(pk[1]) / 2**20:.3f} MiB)")
+        if a.warmup:
+            print(f"summary: torch-mode {mode}: compile_s {compile_s:.1f} ({a.warmup} warm-up "
+                  f"steps, excluded from tokens/s), recompiles during the timed steps: "
+                  f"{'unknown' if recompiles is None else recompiles}")
+            if recompiles:
+                print(f"fsdp2_twin: warning: {recompiles} dynamo graph(s) compiled during the "
+                      "timed steps: their compile time is inside tokens/s", file=sys.stderr)
         if a.bench:
             rec = {
-                "impl": "fsdp2", "ranks": world, "mesh": f"[{world}]", "recipe": a.recipe,
-                "params": params, "shard_size": world, "steps": a.steps,
+                "impl": "torch", "torch_mode": mode, "ranks": world, "mesh": f"[{world}]",
+                "recipe": a.recipe, "params": params, "matmul_params": matmul_params,
+                "shard_size": world, "steps": a.steps,
                 "tokens_per_step": tokens_per_step, "tokens_per_s": tps_mean,
                 "tokens_per_s_median": tps_median,
                 "tokens_per_s_stdev": statistics.pstdev(tps) if len(tps) > 1 else 0.0,
                 "peak_bytes": float(pk[0]), "peak_reserved_bytes": float(pk[1]),
                 "first_loss": first_loss, "last_loss": last_loss,
+                "compile_s": compile_s, "warmup_steps": a.warmup,
+                "recompiles_timed": recompiles,
                 "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-                "torch": torch.__version__, "wrap": a.wrap, "fused_adamw": not a.no_fused,
-                "tf32": tf32_state(torch) if cuda else False,
+                "torch": torch.__version__, "wrap": a.wrap if sharded else None,
+                "fused_adamw": not a.no_fused, "tf32": tf32_state(torch) if cuda else False,
             }
             print("BENCH " + json.dumps(rec), flush=True)
-    dist.destroy_process_group()
+    if sharded:
+        dist.destroy_process_group()
     return 0
 
 
