@@ -9,6 +9,7 @@
 #include "kshard/engine/nn/layer_norm_linear.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/sub_layers.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
@@ -110,6 +111,25 @@ BOOST_AUTO_TEST_CASE(gradient_accumulation_linear) {
 BOOST_AUTO_TEST_CASE(gradient_accumulation_layer_norm) {
   LayerNorm<double> l(8);
   check_accumulation(l, {2, 3, 8});
+}
+
+BOOST_AUTO_TEST_CASE(gradient_accumulation_rms_norm) {
+  RMSNorm<double> l(8);
+  check_accumulation(l, {2, 3, 8});
+}
+
+// RMSNorm against its closed form: a row (3, 4) has mean square 12.5, so
+// y = (3, 4) / sqrt(12.5 + eps) * gamma; a zero row stays zero (no division by 0).
+BOOST_AUTO_TEST_CASE(rms_norm_closed_form) {
+  RMSNorm<double> l(2, 0.5);
+  const ActShape s{1, 2, 2};
+  const std::vector<HostVec> gamma{{2.0, -1.0}};
+  const HostVec y = run_forward(l, {3.0, 4.0, 0.0, 0.0}, s, params_to_device<double>(gamma));
+  const double r = 1.0 / std::sqrt(12.5 + 0.5);
+  BOOST_TEST(std::abs(y[0] - 3.0 * r * 2.0) < 1e-15);
+  BOOST_TEST(std::abs(y[1] - 4.0 * r * -1.0) < 1e-15);
+  BOOST_TEST(y[2] == 0.0);
+  BOOST_TEST(y[3] == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(gradient_accumulation_transformer_layer) {
@@ -269,6 +289,8 @@ BOOST_AUTO_TEST_CASE(bad_shapes_and_arguments_throw) {
   expect_error<Error>([] { Linear<float>(0, 3); }, "Linear zero in");
   expect_error<Error>([] { LayerNorm<float>(0); }, "LayerNorm zero");
   expect_error<Error>([] { LayerNorm<float>(4, 0.0); }, "LayerNorm eps 0");
+  expect_error<Error>([] { RMSNorm<float>(0); }, "RMSNorm zero");
+  expect_error<Error>([] { RMSNorm<float>(4, -1e-5); }, "RMSNorm eps < 0");
   expect_error<Error>([] { CausalSelfAttention<float>(10, 3); }, "d not divisible by heads");
   expect_error<Error>([] { TransformerLayer<float>(8, 0, 16); }, "zero heads");
   expect_error<Error>([] { LayerNormMLP<float>(8, 0); }, "zero hidden");

@@ -17,6 +17,7 @@
 #include "kshard/engine/nn/layer_norm_linear.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "layer_test_util.hpp"
 
@@ -91,6 +92,12 @@ BOOST_AUTO_TEST_CASE(layer_norm_wide_rows) {
     LayerNorm<double> d(w);
     compare(f, d, {1, 3, w}, input({1, 3, w}));
   }
+}
+
+BOOST_AUTO_TEST_CASE(rms_norm) {
+  RMSNorm<float> f(8);
+  RMSNorm<double> d(8);
+  compare(f, d, {2, 4, 8}, input({2, 4, 8}));
 }
 
 BOOST_AUTO_TEST_CASE(gelu) {

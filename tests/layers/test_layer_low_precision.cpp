@@ -23,6 +23,7 @@
 #include "kshard/engine/nn/layer_norm_linear.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
@@ -122,6 +123,11 @@ void all_layers() {
   {
     LayerNorm<T> l(8);
     LayerNorm<double> d(8);
+    compare(l, d, {2, 4, 8}, input({2, 4, 8}));
+  }
+  {
+    RMSNorm<T> l(8);
+    RMSNorm<double> d(8);
     compare(l, d, {2, 4, 8}, input({2, 4, 8}));
   }
   {
