@@ -10,6 +10,7 @@
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
+#include "kshard/engine/nn/swiglu.hpp"
 #include "kshard/engine/nn/sub_layers.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
@@ -130,6 +131,14 @@ BOOST_AUTO_TEST_CASE(rms_norm_closed_form) {
   BOOST_TEST(std::abs(y[1] - 4.0 * r * -1.0) < 1e-15);
   BOOST_TEST(y[2] == 0.0);
   BOOST_TEST(y[3] == 0.0);
+}
+
+// SwiGLU against its closed form: silu(a) * b, silu(a) = a / (1 + e^-a).
+BOOST_AUTO_TEST_CASE(swiglu_closed_form) {
+  SwiGLU<double> l(2);
+  const HostVec y = run_forward(l, {0.0, 2.0, 3.0, -0.5}, {1, 1, 4}, {});
+  BOOST_TEST(y[0] == 0.0);  // silu(0) = 0
+  BOOST_TEST(std::abs(y[1] - 2.0 / (1.0 + std::exp(-2.0)) * -0.5) < 1e-15);
 }
 
 BOOST_AUTO_TEST_CASE(gradient_accumulation_transformer_layer) {
@@ -290,6 +299,7 @@ BOOST_AUTO_TEST_CASE(bad_shapes_and_arguments_throw) {
   expect_error<Error>([] { LayerNorm<float>(0); }, "LayerNorm zero");
   expect_error<Error>([] { LayerNorm<float>(4, 0.0); }, "LayerNorm eps 0");
   expect_error<Error>([] { RMSNorm<float>(0); }, "RMSNorm zero");
+  expect_error<Error>([] { SwiGLU<float>(0); }, "SwiGLU zero");
   expect_error<Error>([] { RMSNorm<float>(4, -1e-5); }, "RMSNorm eps < 0");
   expect_error<Error>([] { CausalSelfAttention<float>(10, 3); }, "d not divisible by heads");
   expect_error<Error>([] { TransformerLayer<float>(8, 0, 16); }, "zero heads");

@@ -18,6 +18,7 @@
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
+#include "kshard/engine/nn/swiglu.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "layer_test_util.hpp"
 
@@ -98,6 +99,12 @@ BOOST_AUTO_TEST_CASE(rms_norm) {
   RMSNorm<float> f(8);
   RMSNorm<double> d(8);
   compare(f, d, {2, 4, 8}, input({2, 4, 8}));
+}
+
+BOOST_AUTO_TEST_CASE(swiglu) {
+  SwiGLU<float> f(8);
+  SwiGLU<double> d(8);
+  compare(f, d, {2, 4, 16}, input({2, 4, 16}));
 }
 
 BOOST_AUTO_TEST_CASE(gelu) {

@@ -28,6 +28,7 @@
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
+#include "kshard/engine/nn/swiglu.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "layer_test_util.hpp"
 
@@ -152,6 +153,14 @@ BOOST_AUTO_TEST_CASE(rms_norm) {
   const ActShape s{2, 5, 8};
   HostVec x = random_input(s);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = 1.0 + 2.0 * x[i];  // non-zero mean: not a LayerNorm
+  check_gradients(l, s, x);
+}
+
+BOOST_AUTO_TEST_CASE(swiglu) {
+  SwiGLU<double> l(6);
+  const ActShape s{2, 3, 12};
+  HostVec x = random_input(s);
+  for (auto& v : x) v *= 4.0;  // both tails of the sigmoid
   check_gradients(l, s, x);
 }
 

@@ -24,6 +24,7 @@
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
+#include "kshard/engine/nn/swiglu.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
@@ -129,6 +130,11 @@ void all_layers() {
     RMSNorm<T> l(8);
     RMSNorm<double> d(8);
     compare(l, d, {2, 4, 8}, input({2, 4, 8}));
+  }
+  {
+    SwiGLU<T> l(8);
+    SwiGLU<double> d(8);
+    compare(l, d, {2, 4, 16}, input({2, 4, 16}));
   }
   {
     Gelu<T> l(8);
