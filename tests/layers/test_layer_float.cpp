@@ -19,6 +19,7 @@
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/swiglu.hpp"
+#include "kshard/engine/nn/swiglu_mlp.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "layer_test_util.hpp"
 
@@ -105,6 +106,12 @@ BOOST_AUTO_TEST_CASE(swiglu) {
   SwiGLU<float> f(8);
   SwiGLU<double> d(8);
   compare(f, d, {2, 4, 16}, input({2, 4, 16}));
+}
+
+BOOST_AUTO_TEST_CASE(swiglu_mlp) {
+  SwiGLUMLP<float> f(16, 24);
+  SwiGLUMLP<double> d(16, 24);
+  compare(f, d, {2, 8, 16}, input({2, 8, 16}));
 }
 
 BOOST_AUTO_TEST_CASE(gelu) {

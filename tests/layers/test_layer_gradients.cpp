@@ -29,6 +29,7 @@
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/swiglu.hpp"
+#include "kshard/engine/nn/swiglu_mlp.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "layer_test_util.hpp"
 
@@ -180,6 +181,13 @@ BOOST_AUTO_TEST_CASE(layer_norm_linear) {
 
 BOOST_AUTO_TEST_CASE(layer_norm_mlp) {
   LayerNormMLP<double> l(8, 16);
+  const ActShape s{2, 4, 8};
+  check_gradients(l, s, random_input(s));
+}
+
+BOOST_AUTO_TEST_CASE(swiglu_mlp) {
+  SwiGLUMLP<double> l(8, 12);
+  BOOST_TEST(l.param_specs().size() == 3u);  // norm.gamma, gate_up.weight, down.weight: no biases
   const ActShape s{2, 4, 8};
   check_gradients(l, s, random_input(s));
 }

@@ -25,6 +25,7 @@
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/swiglu.hpp"
+#include "kshard/engine/nn/swiglu_mlp.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
 #include "kshard/error.hpp"
 #include "layer_test_util.hpp"
@@ -150,6 +151,11 @@ void all_layers() {
     LayerNormMLP<T> l(8, 16);
     LayerNormMLP<double> d(8, 16);
     compare(l, d, {2, 4, 8}, input({2, 4, 8}));
+  }
+  {
+    SwiGLUMLP<T> l(16, 24);
+    SwiGLUMLP<double> d(16, 24);
+    compare(l, d, {2, 8, 16}, input({2, 8, 16}));
   }
   {
     CausalSelfAttention<T> l(8, 2);
