@@ -141,6 +141,90 @@ BOOST_AUTO_TEST_CASE(swiglu_closed_form) {
   BOOST_TEST(std::abs(y[1] - 2.0 / (1.0 + std::exp(-2.0)) * -0.5) < 1e-15);
 }
 
+// Grouped-query attention without RoPE is multi-head attention whose k and v
+// projections repeat each shared head's rows: bitwise the same output (the
+// same dot products, packed by a copy).
+BOOST_AUTO_TEST_CASE(grouped_query_attention_equals_repeated_heads) {
+  const std::int64_t d = 16, h = 4, kv = 2, hd = d / h, g = h / kv;
+  CausalSelfAttention<double> gqa(d, h, {kv, 0.0, true});
+  CausalSelfAttention<double> mha(d, h);
+  const auto p = random_params(gqa, 3);  // qkv.weight, qkv.bias, proj.weight, proj.bias
+  std::vector<HostVec> m(4);
+  m[2] = p[2];
+  m[3] = p[3];
+  // Output rows of the qkv projection: q heads, then k heads, then v heads.
+  auto row_of = [&](std::int64_t part, std::int64_t head) {  // gqa's row block
+    return part == 0 ? head * hd : (part == 1 ? h * hd : (h + kv) * hd) + (head / g) * hd;
+  };
+  for (std::int64_t part = 0; part < 3; ++part)
+    for (std::int64_t head = 0; head < h; ++head)
+      for (std::int64_t i = 0; i < hd; ++i) {
+        const std::int64_t src = row_of(part, head) + i;
+        for (std::int64_t c = 0; c < d; ++c) m[0].push_back(p[0][std::size_t(src * d + c)]);
+        m[1].push_back(p[1][std::size_t(src)]);
+      }
+  const ActShape s{2, 5, d};
+  std::mt19937_64 rng(4);
+  const HostVec x = random_vec(std::size_t(s.numel()), rng);
+  const HostVec a = run_forward(gqa, x, s, params_to_device<double>(p));
+  const HostVec b = run_forward(mha, x, s, params_to_device<double>(m));
+  BOOST_TEST(a == b, boost::test_tools::per_element());
+}
+
+// RoPE against a host reference written out here: one head of dim 4, q and
+// k rotated by position t (pairs (0, 2), (1, 3), angle t theta^(-2i/4)),
+// causal softmax attention, no biases (identity-free random weights).
+BOOST_AUTO_TEST_CASE(rotary_attention_matches_a_host_reference) {
+  const std::int64_t d = 4, seq = 5;
+  const double theta = 100.0;
+  CausalSelfAttention<double> attn(d, 1, {1, theta, false});
+  const auto p = random_params(attn, 9);  // qkv.weight [12, 4], proj.weight [4, 4]
+  const ActShape s{1, seq, d};
+  std::mt19937_64 rng(10);
+  const HostVec x = random_vec(std::size_t(s.numel()), rng);
+  const HostVec got = run_forward(attn, x, s, params_to_device<double>(p));
+  auto mat = [&](const HostVec& w, std::int64_t row0, std::int64_t t) {  // 4 rows of w . x_t
+    std::vector<double> o(4, 0.0);
+    for (std::int64_t i = 0; i < 4; ++i)
+      for (std::int64_t c = 0; c < d; ++c) o[i] += w[std::size_t((row0 + i) * d + c)] * x[std::size_t(t * d + c)];
+    return o;
+  };
+  auto rotate = [&](std::vector<double> v, std::int64_t t) {
+    for (std::int64_t i = 0; i < 2; ++i) {
+      const double ang = double(t) * std::pow(theta, -2.0 * double(i) / 4.0);
+      const double a = v[i], b = v[i + 2];
+      v[i] = a * std::cos(ang) - b * std::sin(ang);
+      v[i + 2] = b * std::cos(ang) + a * std::sin(ang);
+    }
+    return v;
+  };
+  double worst = 0;
+  for (std::int64_t t = 0; t < seq; ++t) {
+    const auto q = rotate(mat(p[0], 0, t), t);
+    std::vector<double> score(std::size_t(t + 1)), ctx(4, 0.0);
+    double mx = -1e300, sum = 0;
+    for (std::int64_t u = 0; u <= t; ++u) {
+      const auto k = rotate(mat(p[0], 4, u), u);
+      double sc = 0;
+      for (int i = 0; i < 4; ++i) sc += q[i] * k[i];
+      score[std::size_t(u)] = sc / 2.0;  // 1 / sqrt(head dim 4)
+      mx = std::max(mx, score[std::size_t(u)]);
+    }
+    for (std::int64_t u = 0; u <= t; ++u) sum += std::exp(score[std::size_t(u)] - mx);
+    for (std::int64_t u = 0; u <= t; ++u) {
+      const auto v = mat(p[0], 8, u);
+      const double w = std::exp(score[std::size_t(u)] - mx) / sum;
+      for (int i = 0; i < 4; ++i) ctx[i] += w * v[i];
+    }
+    for (std::int64_t o = 0; o < d; ++o) {
+      double y = 0;
+      for (int i = 0; i < 4; ++i) y += p[1][std::size_t(o * d + i)] * ctx[i];
+      worst = std::max(worst, std::abs(y - got[std::size_t(t * d + o)]));
+    }
+  }
+  BOOST_TEST(worst < 1e-12);
+}
+
 BOOST_AUTO_TEST_CASE(gradient_accumulation_transformer_layer) {
   TransformerLayer<double> l(8, 2, 16);
   check_accumulation(l, {2, 4, 8});
@@ -300,6 +384,9 @@ BOOST_AUTO_TEST_CASE(bad_shapes_and_arguments_throw) {
   expect_error<Error>([] { LayerNorm<float>(4, 0.0); }, "LayerNorm eps 0");
   expect_error<Error>([] { RMSNorm<float>(0); }, "RMSNorm zero");
   expect_error<Error>([] { SwiGLU<float>(0); }, "SwiGLU zero");
+  expect_error<Error>([] { CausalSelfAttention<float>(16, 4, {3}); }, "kv_heads not dividing heads");
+  expect_error<Error>([] { CausalSelfAttention<float>(12, 4, {0, 10000.0}); }, "RoPE, odd head dim");
+  expect_error<Error>([] { CausalSelfAttention<float>(16, 4, {0, -1.0}); }, "negative rope_theta");
   expect_error<Error>([] { RMSNorm<float>(4, -1e-5); }, "RMSNorm eps < 0");
   expect_error<Error>([] { CausalSelfAttention<float>(10, 3); }, "d not divisible by heads");
   expect_error<Error>([] { TransformerLayer<float>(8, 0, 16); }, "zero heads");

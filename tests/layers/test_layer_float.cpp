@@ -114,6 +114,12 @@ BOOST_AUTO_TEST_CASE(swiglu_mlp) {
   compare(f, d, {2, 8, 16}, input({2, 8, 16}));
 }
 
+BOOST_AUTO_TEST_CASE(grouped_query_attention_with_rope) {
+  CausalSelfAttention<float> f(16, 4, {2, 10000.0, false});
+  CausalSelfAttention<double> d(16, 4, {2, 10000.0, false});
+  compare(f, d, {2, 6, 16}, input({2, 6, 16}));
+}
+
 BOOST_AUTO_TEST_CASE(gelu) {
   Gelu<float> f(8);
   Gelu<double> d(8);

@@ -198,6 +198,18 @@ BOOST_AUTO_TEST_CASE(causal_self_attention) {
   check_gradients(l, s, random_input(s));
 }
 
+BOOST_AUTO_TEST_CASE(grouped_query_attention_with_rope) {
+  // Llama's attention: 4 query heads sharing 2 k/v heads, rotary embeddings,
+  // no biases; and multi-query (1 k/v head) with biases.
+  CausalSelfAttention<double> gqa(16, 4, {2, 10000.0, false});
+  BOOST_TEST(gqa.param_specs().size() == 2u);
+  const ActShape s{2, 5, 16};
+  check_gradients(gqa, s, random_input(s));
+  CausalSelfAttention<double> mqa(8, 2, {1, 500.0, true});
+  const ActShape s2{1, 6, 8};
+  check_gradients(mqa, s2, random_input(s2));
+}
+
 BOOST_AUTO_TEST_CASE(causal_self_attention_more_batches_than_heads) {
   // batch > heads takes the other loop order of the per-(batch, head) GEMMs.
   CausalSelfAttention<double> l(8, 2);

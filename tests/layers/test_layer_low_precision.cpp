@@ -158,6 +158,11 @@ void all_layers() {
     compare(l, d, {2, 8, 16}, input({2, 8, 16}));
   }
   {
+    CausalSelfAttention<T> l(16, 4, {2, 10000.0, false});
+    CausalSelfAttention<double> d(16, 4, {2, 10000.0, false});
+    compare(l, d, {2, 6, 16}, input({2, 6, 16}));
+  }
+  {
     CausalSelfAttention<T> l(8, 2);
     CausalSelfAttention<double> d(8, 2);
     compare(l, d, {2, 5, 8}, input({2, 5, 8}));

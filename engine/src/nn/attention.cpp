@@ -2,9 +2,8 @@
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
-#include <cmath>
-
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -12,6 +11,7 @@
 #include "kshard/kernels/flash_attention.hpp"
 #include "kshard/kernels/gemm.hpp"
 #include "kshard/error.hpp"
+#include "kshard/kernels/qkv_pack.hpp"
 
 namespace kshard {
 
@@ -249,12 +249,29 @@ std::int64_t checked_d_model(std::int64_t d, std::int64_t heads) {
                 "d_model > 0, heads > 0 and d_model divisible by heads");
   return d;
 }
+
+std::int64_t checked_kv_heads(std::int64_t d, std::int64_t heads, const AttentionConfig& c) {
+  const std::int64_t kv = c.kv_heads == 0 ? heads : c.kv_heads;
+  if (kv <= 0 || heads % kv != 0)
+    throw Error("CausalSelfAttention kv_heads=" + std::to_string(c.kv_heads) + " with " +
+                    std::to_string(heads) + " heads",
+                "kv_heads dividing heads (0: as many as heads)");
+  if (!(c.rope_theta >= 0) || !std::isfinite(c.rope_theta) ||
+      (c.rope_theta > 0 && (c.rope_theta <= 1 || (d / heads) % 2 != 0)))
+    throw Error("CausalSelfAttention rope_theta=" + std::to_string(c.rope_theta) +
+                    " at head dim " + std::to_string(d / heads),
+                "0 (no rotary embedding) or a finite base > 1 with an even head dim");
+  return kv;
+}
 }  // namespace
 
 template <class T>
-CausalSelfAttention<T>::CausalSelfAttention(std::int64_t d_model, std::int64_t heads)
-    : d_(checked_d_model(d_model, heads)), heads_(heads), qkv_proj_(d_model, 3 * d_model),
-      out_proj_(d_model, d_model) {}
+CausalSelfAttention<T>::CausalSelfAttention(std::int64_t d_model, std::int64_t heads,
+                                            AttentionConfig config)
+    : d_(checked_d_model(d_model, heads)), heads_(heads),
+      kv_heads_(checked_kv_heads(d_model, heads, config)), rope_theta_(config.rope_theta),
+      qkv_proj_(d_model, (heads + 2 * kv_heads_) * (d_model / heads), config.bias),
+      out_proj_(d_model, d_model, config.bias) {}
 
 template <class T>
 std::vector<ParamSpec> CausalSelfAttention<T>::param_specs() const {
@@ -269,7 +286,15 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
   path_ = resolved_attention_impl<T>(shape.batch, shape.seq, d_, heads_);
   detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
   detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
-  qkv_proj_.forward(x, shape, subs_.params("qkv", params), qkv_);
+  if (packs()) {
+    const std::int64_t hd = d_ / heads_;
+    auto src = detail::scratch<T>(rows * (heads_ + 2 * kv_heads_) * hd,
+                                  "kshard::CausalSelfAttention::qkv_gqa");
+    qkv_proj_.forward(x, shape, subs_.params("qkv", params), src.view);
+    detail::qkv_pack<T>(src.view, qkv_, {rows, shape.seq, heads_, kv_heads_, hd, rope_theta_});
+  } else {
+    qkv_proj_.forward(x, shape, subs_.params("qkv", params), qkv_);
+  }
   const std::int64_t probs = shape.batch * heads_ * shape.seq * shape.seq;
   if (path_ == AttentionImpl::fused) {
     prob_ = {};
@@ -318,6 +343,15 @@ void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstView
                                     "kshard::CausalSelfAttention::dprob");
     detail::causal_attention_backward<T>(qkv_, prob_, dctx.view, dprob.view, dqkv.view,
                                          shape_.batch, shape_.seq, d_, heads_);
+  }
+  if (packs()) {
+    const std::int64_t hd = d_ / heads_;
+    auto dsrc = detail::scratch<T>(rows * (heads_ + 2 * kv_heads_) * hd,
+                                   "kshard::CausalSelfAttention::dqkv_gqa");
+    detail::qkv_unpack<T>(dqkv.view, dsrc.view,
+                          {rows, shape_.seq, heads_, kv_heads_, hd, rope_theta_});
+    qkv_proj_.backward(dsrc.view, subs_.params("qkv", params), subs_.grads("qkv", grads), dx);
+    return;
   }
   qkv_proj_.backward(dqkv.view, subs_.params("qkv", params), subs_.grads("qkv", grads), dx);
 }

@@ -8,6 +8,14 @@
 //   y = ctx Wproj^T + bproj         Wproj [d, d]
 // Params, in order: "qkv.weight", "qkv.bias", "proj.weight", "proj.bias".
 //
+// Llama's attention (AttentionConfig): grouped-query attention (kv_heads
+// dividing heads: Wqkv [(heads + 2 kv_heads) hd, d], k/v head j shared by
+// query heads j g .. j g + g - 1), rotary position embeddings on q and k
+// (rope_theta > 0; rotate-half layout, kernels/qkv_pack.hpp) and no biases.
+// The projection's output is packed into the core's [rows, 3d] layout (q and
+// k rotated, k and v repeated per query head) by one kernel, so every core
+// path below runs unchanged; its backward folds the packed gradient back.
+//
 //   kshard::CausalSelfAttention<float> attn(/*d_model=*/768, /*heads=*/12);
 //   attn.forward(x, {batch, seq, 768}, params, y);
 //
@@ -52,19 +60,28 @@ template <class T>
 AttentionImpl resolved_attention_impl(std::int64_t batch, std::int64_t seq, std::int64_t d_model,
                                       std::int64_t heads) noexcept;
 
+/// The attention's shape beyond d_model and heads (defaults: GPT-2's).
+struct AttentionConfig {
+  std::int64_t kv_heads = 0;  ///< key/value heads (GQA); 0: as many as query heads
+  double rope_theta = 0;      ///< rotary embeddings' base (Llama: 10000, 500000); 0: none
+  bool bias = true;           ///< biases on the qkv and output projections
+};
+
 template <class T>
 class CausalSelfAttention final : public Layer<T> {
  public:
   using typename Layer<T>::ConstViews;
   using typename Layer<T>::GradViews;
 
-  CausalSelfAttention(std::int64_t d_model, std::int64_t heads);
+  CausalSelfAttention(std::int64_t d_model, std::int64_t heads, AttentionConfig config = {});
 
   std::string kind() const override { return "CausalSelfAttention"; }
   std::vector<ParamSpec> param_specs() const override;
   std::int64_t in_features() const override { return d_; }
   std::int64_t out_features() const override { return d_; }
   std::int64_t heads() const { return heads_; }
+  std::int64_t kv_heads() const { return kv_heads_; }
+  double rope_theta() const { return rope_theta_; }
   std::int64_t head_dim() const { return d_ / heads_; }
 
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
@@ -79,7 +96,11 @@ class CausalSelfAttention final : public Layer<T> {
   void rebind_input(Kokkos::View<const T*> x) { qkv_proj_.rebind_input(x); }
 
  private:
-  std::int64_t d_, heads_;
+  // Whether the projection's output is packed into the core's layout (GQA or RoPE).
+  bool packs() const { return kv_heads_ != heads_ || rope_theta_ > 0; }
+
+  std::int64_t d_, heads_, kv_heads_;
+  double rope_theta_;
   Linear<T> qkv_proj_, out_proj_;
   SubLayers<T> subs_{{"qkv", &qkv_proj_}, {"proj", &out_proj_}};
   bool saved_ = false;
