@@ -17,6 +17,7 @@
 #include "kshard/engine/nn/layer_norm_linear.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/llama_layer.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/swiglu.hpp"
 #include "kshard/engine/nn/swiglu_mlp.hpp"
@@ -118,6 +119,17 @@ BOOST_AUTO_TEST_CASE(grouped_query_attention_with_rope) {
   CausalSelfAttention<float> f(16, 4, {2, 10000.0, false});
   CausalSelfAttention<double> d(16, 4, {2, 10000.0, false});
   compare(f, d, {2, 6, 16}, input({2, 6, 16}));
+}
+
+BOOST_AUTO_TEST_CASE(llama_layer) {
+  LlamaBlockConfig c;
+  c.d_model = 16;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 24;
+  LlamaLayer<float> f(c);
+  LlamaLayer<double> d(c);
+  compare(f, d, {2, 7, 16}, input({2, 7, 16}));
 }
 
 BOOST_AUTO_TEST_CASE(gelu) {

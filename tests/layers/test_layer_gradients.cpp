@@ -27,6 +27,7 @@
 #include "kshard/engine/nn/layer_norm_linear.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/llama_layer.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/swiglu.hpp"
 #include "kshard/engine/nn/swiglu_mlp.hpp"
@@ -228,6 +229,19 @@ BOOST_AUTO_TEST_CASE(transformer_layer_seq3_four_heads) {
   TransformerLayer<double> l(8, 4, 16);
   const ActShape s{2, 3, 8};
   check_gradients(l, s, random_input(s, 9), true, 23);
+}
+
+BOOST_AUTO_TEST_CASE(llama_layer) {
+  LlamaBlockConfig c;
+  c.d_model = 8;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 12;
+  c.rope_theta = 100.0;
+  LlamaLayer<double> l(c);
+  BOOST_TEST(l.param_specs().size() == 6u);
+  const ActShape s{2, 4, 8};
+  check_gradients(l, s, random_input(s));
 }
 
 BOOST_AUTO_TEST_CASE(embedding_with_positions) {

@@ -23,6 +23,7 @@
 #include "kshard/engine/nn/layer_norm_linear.hpp"
 #include "kshard/engine/nn/layer_norm_mlp.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/llama_layer.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/engine/nn/swiglu.hpp"
 #include "kshard/engine/nn/swiglu_mlp.hpp"
@@ -170,6 +171,16 @@ void all_layers() {
   {
     TransformerLayer<T> l(16, 4, 32);
     TransformerLayer<double> d(16, 4, 32);
+    compare(l, d, {2, 7, 16}, input({2, 7, 16}));
+  }
+  {
+    LlamaBlockConfig c;
+    c.d_model = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.ffn = 24;
+    LlamaLayer<T> l(c);
+    LlamaLayer<double> d(c);
     compare(l, d, {2, 7, 16}, input({2, 7, 16}));
   }
   {
