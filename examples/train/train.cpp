@@ -52,6 +52,8 @@
 #include "kshard/kernels/gemm.hpp"
 #include "kshard/engine/nn/layer_norm.hpp"
 #include "kshard/engine/nn/linear.hpp"
+#include "kshard/engine/nn/llama_layer.hpp"
+#include "kshard/engine/nn/rms_norm.hpp"
 #include "kshard/optim/loss_scaler.hpp"
 #include "kshard/engine/fsdp/recipe.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
@@ -85,16 +87,41 @@ std::string shape_text(const std::vector<int>& s) {
   return t + "]";
 }
 
+// The MLP's hidden width: --ffn-hidden, else 4d (GPT-2) or Llama's rule
+// (8d/3, rounded up to a multiple of 256: d 2048 -> 5632, d 4096 -> 11008).
+std::int64_t ffn_hidden(const TrainOptions& o) {
+  if (o.ffn_hidden > 0) return o.ffn_hidden;
+  if (o.arch == "gpt2") return 4 * std::int64_t(o.width);
+  const std::int64_t h = 8 * std::int64_t(o.width) / 3;
+  return (h + 255) / 256 * 256;
+}
+
 std::vector<kshard::LayerDef> model_layers(const TrainOptions& o) {
   // Described once; the model builds the layers in the recipe's compute dtype.
   std::vector<kshard::LayerDef> layers;
-  layers.push_back(kshard::layer<kshard::Embedding>(std::int64_t(o.vocab), std::int64_t(o.width),
-                                                    std::int64_t(o.seq)));
+  const std::int64_t d = o.width, vocab = o.vocab;
+  if (o.arch == "llama") {
+    // Token embedding only (positions come from the rotary embeddings),
+    // L Llama blocks, the final RMSNorm and a head without bias.
+    layers.push_back(kshard::layer<kshard::Embedding>(vocab, d));
+    kshard::LlamaBlockConfig c;
+    c.d_model = d;
+    c.heads = o.heads;
+    c.kv_heads = o.kv_heads;
+    c.ffn = ffn_hidden(o);
+    c.rope_theta = o.rope_theta;
+    c.norm_eps = o.norm_eps;
+    for (int l = 0; l < o.layers; ++l) layers.push_back(kshard::layer<kshard::LlamaLayer>(c));
+    layers.push_back(kshard::layer<kshard::RMSNorm>(d, o.norm_eps));
+    layers.push_back(kshard::layer<kshard::Linear>(d, vocab, false));
+    return layers;
+  }
+  layers.push_back(kshard::layer<kshard::Embedding>(vocab, d, std::int64_t(o.seq)));
   for (int l = 0; l < o.layers; ++l)
-    layers.push_back(kshard::layer<kshard::TransformerLayer>(
-        std::int64_t(o.width), std::int64_t(o.heads), std::int64_t(4 * o.width)));
-  layers.push_back(kshard::layer<kshard::LayerNorm>(std::int64_t(o.width)));
-  layers.push_back(kshard::layer<kshard::Linear>(std::int64_t(o.width), std::int64_t(o.vocab)));
+    layers.push_back(kshard::layer<kshard::TransformerLayer>(d, std::int64_t(o.heads),
+                                                             ffn_hidden(o), o.norm_eps));
+  layers.push_back(kshard::layer<kshard::LayerNorm>(d, o.norm_eps));
+  layers.push_back(kshard::layer<kshard::Linear>(d, vocab));
   return layers;
 }
 
@@ -270,12 +297,17 @@ int run(kshard::Session& session, int argc, char** argv) {
   const double floor = markov ? markov->entropy_floor() : 0.0;
   if (root) {
     std::printf(
-        "kshard-train: %d ranks, mesh %s, recipe %s%s, %d x TransformerLayer(d=%d, heads=%d, "
-        "ff=%d), vocab %d, seq %d, batch %d/rank x %d micro-batches, %lld params, %s\n",
+        "kshard-train: %d ranks, mesh %s, recipe %s%s, %d x %s(d=%d, heads=%d%s, "
+        "ff=%lld), vocab %d, seq %d, batch %d/rank x %d micro-batches, %lld params, %s\n",
         world_size, kshard::DeviceMesh::describe(o.mesh, names).c_str(),
         model.recipe().describe().c_str(),
-        o.reshard_after_forward ? "" : ", no reshard-after-forward", o.layers, o.width, o.heads,
-        4 * o.width, o.vocab, o.seq, o.batch, o.accum, (long long)params,
+        o.reshard_after_forward ? "" : ", no reshard-after-forward", o.layers,
+        o.arch == "llama" ? "LlamaLayer" : "TransformerLayer", o.width, o.heads,
+        o.arch == "llama" ? (", kv_heads=" + std::to_string(o.kv_heads ? o.kv_heads : o.heads) +
+                             ", rope_theta=" + std::to_string(std::int64_t(o.rope_theta)))
+                                .c_str()
+                          : "",
+        (long long)ffn_hidden(o), o.vocab, o.seq, o.batch, o.accum, (long long)params,
         kshard::Session::current().default_backend() == kshard::Backend::nccl ? "nccl" : "mpi");
     if (markov)
       std::printf("task: Markov chain, 2 successors per token (p 0.8/0.2): uniform guess %.3f "

@@ -119,6 +119,18 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "[B,H,T,T] buffer), unfused (the reference: probabilities kept for backward) or recompute "
      "(unfused kernels, probabilities computed again in backward)")
     ("fp8-init", po::bool_switch(&o.fp8_init), "keep the sharded parameters in fp8 (fp8 recipe only)")
+    ("arch", po::value<std::string>(&o.arch)->default_value(o.arch),
+     "block shape: gpt2 (LayerNorm, GELU MLP, learned positions, biases) or llama (RMSNorm, "
+     "SwiGLU MLP, rotary embeddings, grouped-query attention, no biases)")
+    ("kv-heads", po::value<int>(&o.kv_heads)->default_value(o.kv_heads),
+     "llama: key/value heads, dividing --heads (0: as many as --heads)")
+    ("ffn-hidden", po::value<int>(&o.ffn_hidden)->default_value(o.ffn_hidden),
+     "MLP hidden width (0: 4 x width for gpt2; for llama 8 x width / 3 rounded up to a "
+     "multiple of 256, Llama's rule)")
+    ("rope-theta", po::value<double>(&o.rope_theta)->default_value(o.rope_theta, "10000"),
+     "llama: base of the rotary embeddings' angles")
+    ("norm-eps", po::value<double>(&o.norm_eps)->default_value(o.norm_eps, "1e-5"),
+     "epsilon of the LayerNorms (gpt2) / RMSNorms (llama)")
     ("layers", po::value<int>(&o.layers)->default_value(o.layers), "transformer layers")
     ("width", po::value<int>(&o.width)->default_value(o.width), "model width d (MLP hidden 4d)")
     ("heads", po::value<int>(&o.heads)->default_value(o.heads), "attention heads (must divide width)")
@@ -221,10 +233,29 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   check_range("batch", o.batch, 1, 1 << 20);
   check_range("steps", o.steps, 1, 100000000);
   check_range("accum", o.accum, 1, 1 << 20);
+  if (o.arch != "gpt2" && o.arch != "llama")
+    throw OptionError("--arch '" + o.arch + "' is not a block shape; expected gpt2 or llama");
+  check_range("kv-heads", o.kv_heads, 0, 1 << 16);
+  check_range("ffn-hidden", o.ffn_hidden, 0, 1 << 20);
+  if (o.arch == "gpt2" && o.kv_heads != 0)
+    throw OptionError("--kv-heads " + std::to_string(o.kv_heads) +
+                      " with --arch gpt2; expected --arch llama (gpt2 attention has no "
+                      "shared key/value heads)");
+  if (o.kv_heads != 0 && o.heads % o.kv_heads != 0)
+    throw OptionError("--kv-heads " + std::to_string(o.kv_heads) + " does not divide --heads " +
+                      std::to_string(o.heads) + "; expected a divisor of --heads");
+  if (!(o.rope_theta > 1.0) || !std::isfinite(o.rope_theta))
+    throw OptionError("--rope-theta " + std::to_string(o.rope_theta) +
+                      "; expected a finite base > 1");
+  if (!(o.norm_eps > 0.0) || !std::isfinite(o.norm_eps))
+    throw OptionError("--norm-eps " + std::to_string(o.norm_eps) + "; expected a finite eps > 0");
   if (o.width % o.heads != 0)
     throw OptionError("--width " + std::to_string(o.width) + " is not divisible by --heads " +
                       std::to_string(o.heads) +
                       "; expected a width that is a multiple of the number of heads");
+  if (o.arch == "llama" && (o.width / o.heads) % 2 != 0)
+    throw OptionError("--width / --heads = " + std::to_string(o.width / o.heads) +
+                      " is odd; expected an even head dim (rotary embeddings rotate pairs)");
   const double rows = double(o.batch) * o.seq;
   if (rows * std::max<double>(o.vocab, 4.0 * o.width) > double(1LL << 31) ||
       rows * o.seq * o.heads > double(1LL << 31))

@@ -32,6 +32,11 @@ struct TrainOptions {
   bool tf32 = false;
   bool keep_lp_shard = false;
   std::string attention = "auto";
+  std::string arch = "gpt2";  ///< gpt2 (LayerNorm, GELU MLP, learned positions, biases) or llama
+  int kv_heads = 0;           ///< llama: key/value heads (0: --heads)
+  int ffn_hidden = 0;         ///< MLP hidden width (0: 4 d for gpt2, Llama's 8d/3 rounded up to 256)
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
   int layers = 2;
   int width = 64;
   int heads = 4;
