@@ -17,6 +17,10 @@
 #include "kshard/engine/nn/swiglu_mlp.hpp"
 
 namespace kshard {
+namespace detail {
+template <class T>
+struct PreNormBlock;
+}  // namespace detail
 
 /// A Llama block's shape (Hugging Face's LlamaConfig names in comments).
 struct LlamaBlockConfig {
@@ -56,6 +60,7 @@ class LlamaLayer final : public Layer<T> {
   void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
 
  private:
+  detail::PreNormBlock<T> block();  // the shared x1 = x + attn(norm(x)), y = x1 + mlp(x1)
   LlamaBlockConfig config_;
   std::int64_t d_;
   RMSNorm<T> norm1_;

@@ -18,6 +18,10 @@
 #include "kshard/engine/nn/sub_layers.hpp"
 
 namespace kshard {
+namespace detail {
+template <class T>
+struct PreNormBlock;
+}  // namespace detail
 
 template <class T>
 class TransformerLayer final : public Layer<T> {
@@ -49,6 +53,7 @@ class TransformerLayer final : public Layer<T> {
   void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
 
  private:
+  detail::PreNormBlock<T> block();  // the shared x1 = x + attn(norm(x)), y = x1 + mlp(x1)
   std::int64_t d_;
   LayerNorm<T> ln1_;
   CausalSelfAttention<T> attn_;
