@@ -3,30 +3,40 @@
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 
+#include <cmath>
+
 namespace kshard::detail {
 namespace {
 
-// cos and sin of position p's angle for pair index i of a head of hd.
+// The sizes both kernels index with, derived once from the layout.
 template <class A>
-KOKKOS_INLINE_FUNCTION void rope_angle(std::int64_t p, std::int64_t i, std::int64_t hd, A theta,
-                                       A& c, A& s) {
-  const A inv = compat::exp(-(A(2 * i) / A(hd)) * compat::log(theta));
-  const A ang = A(p) * inv;
-  c = compat::kmath::cos(ang);
-  s = compat::kmath::sin(ang);
-}
+struct Geometry {
+  std::int64_t h, kv, hd, seq, g, sw, dw, half, per_head;
+  bool rope;
+  A log_theta;  // ln(theta), hoisted out of the per-element angle
+  explicit Geometry(const QkvLayout& l)
+      : h(l.heads), kv(l.kv_heads), hd(l.head_dim), seq(l.seq), g(l.heads / l.kv_heads),
+        sw((l.heads + 2 * l.kv_heads) * l.head_dim), dw(3 * l.heads * l.head_dim),
+        half(l.head_dim / 2), per_head(l.rope_theta > 0 ? l.head_dim / 2 : l.head_dim),
+        rope(l.rope_theta > 0), log_theta(l.rope_theta > 0 ? A(std::log(l.rope_theta)) : A(0)) {}
+  // cos and sin of the angle of row r's position for pair index i.
+  KOKKOS_INLINE_FUNCTION void angle(std::int64_t r, std::int64_t i, A& c, A& s) const {
+    const A ang = A(r % seq) * compat::exp(-(A(2 * i) / A(hd)) * log_theta);
+    c = compat::kmath::cos(ang);
+    s = compat::kmath::sin(ang);
+  }
+};
 
 }  // namespace
 
 template <class T>
 void qkv_pack(Kokkos::View<const T*> src, Kokkos::View<T*> dst, const QkvLayout& l) {
   using A = accum_t<T>;
-  const std::int64_t h = l.heads, kv = l.kv_heads, hd = l.head_dim, seq = l.seq;
-  const std::int64_t g = h / kv, sw = (h + 2 * kv) * hd, dw = 3 * h * hd, half = hd / 2;
-  const bool rope = l.rope_theta > 0;
-  const A theta = A(l.rope_theta);
+  const Geometry<A> geo(l);
+  const std::int64_t h = geo.h, kv = geo.kv, hd = geo.hd, g = geo.g, sw = geo.sw, dw = geo.dw,
+                     half = geo.half, per_head = geo.per_head;
+  const bool rope = geo.rope;
   // q and k: per (row, query head, pair) when rotating, per element when not.
-  const std::int64_t per_head = rope ? half : hd;
   compat::for_each_index(
       "kshard::qkv_pack_qk", l.rows * h * per_head, KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t r = idx / (h * per_head), rem = idx - r * h * per_head;
@@ -41,7 +51,7 @@ void qkv_pack(Kokkos::View<const T*> src, Kokkos::View<T*> dst, const QkvLayout&
           return;
         }
         A c, sn;
-        rope_angle<A>(r % seq, i, hd, theta, c, sn);
+        geo.angle(r, i, c, sn);
         const A q1 = to_accum(s[qs + i]), q2 = to_accum(s[qs + i + half]);
         d[qd + i] = from_accum<T>(q1 * c - q2 * sn);
         d[qd + i + half] = from_accum<T>(q2 * c + q1 * sn);
@@ -60,11 +70,10 @@ void qkv_pack(Kokkos::View<const T*> src, Kokkos::View<T*> dst, const QkvLayout&
 template <class T>
 void qkv_unpack(Kokkos::View<const T*> ddst, Kokkos::View<T*> dsrc, const QkvLayout& l) {
   using A = accum_t<T>;
-  const std::int64_t h = l.heads, kv = l.kv_heads, hd = l.head_dim, seq = l.seq;
-  const std::int64_t g = h / kv, sw = (h + 2 * kv) * hd, dw = 3 * h * hd, half = hd / 2;
-  const bool rope = l.rope_theta > 0;
-  const A theta = A(l.rope_theta);
-  const std::int64_t per_head = rope ? half : hd;
+  const Geometry<A> geo(l);
+  const std::int64_t h = geo.h, kv = geo.kv, hd = geo.hd, g = geo.g, sw = geo.sw, dw = geo.dw,
+                     half = geo.half, per_head = geo.per_head;
+  const bool rope = geo.rope;
   // One thread per (row, source head of q or k, pair or element): a k head
   // sums its group's gradients (t = 0 .. g-1, in order), then rotates back
   // (the rotation is linear, so summing first is the same adjoint).
@@ -93,7 +102,7 @@ void qkv_unpack(Kokkos::View<const T*> ddst, Kokkos::View<T*> dsrc, const QkvLay
           return;
         }
         A c, sn;
-        rope_angle<A>(r % seq, i, hd, theta, c, sn);
+        geo.angle(r, i, c, sn);
         s[so + i] = from_accum<T>(a1 * c + a2 * sn);
         s[so + i + half] = from_accum<T>(a2 * c - a1 * sn);
       });

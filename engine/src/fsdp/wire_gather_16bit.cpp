@@ -32,7 +32,7 @@ class Gather16 final : public GatherWire {
 
   Request start(const ShardContext& c, memory::Block& compute) override {
     const std::size_t shard = c.shard(), flat = c.flat();
-    if (kept_.data() && c.shard_comm.size() == 1) {
+    if (in_place(c)) {
       // One rank per shard: the kept shard IS the full parameters in the
       // compute dtype (the optimizer wrote it from the new master): no copy,
       // no cast, no pool block.
@@ -58,10 +58,13 @@ class Gather16 final : public GatherWire {
   }
   void finish(const ShardContext&, memory::Block&) override { send_.reset(); }
   std::size_t compute_bytes(const ShardContext& c) const override {
-    return kept_.data() && c.shard_comm.size() == 1 ? 0 : 2 * c.flat();
+    return in_place(c) ? 0 : 2 * c.flat();
   }
 
  private:
+  // A kept shard with one rank per shard: it is the compute buffer itself.
+  bool in_place(const ShardContext& c) const { return kept_.data() && c.shard_comm.size() == 1; }
+
   Kokkos::View<T*> kept_;  // the kept bf16/f16 shard, if any
   memory::Block send_;                // the cast master while a gather is in flight
 };

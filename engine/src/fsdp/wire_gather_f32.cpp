@@ -12,7 +12,7 @@ class F32Gather final : public GatherWire {
   std::size_t persistent_bytes() const override { return 0; }
 
   Request start(const ShardContext& c, memory::Block& compute) override {
-    if (c.shard_comm.size() == 1) {
+    if (in_place(c)) {
       // One rank per shard: the master IS the full parameters (nothing
       // writes it between unshard and reshard; the optimizer steps it after).
       compute = memory::borrow(c.master.data(), 4 * c.flat());
@@ -23,8 +23,12 @@ class F32Gather final : public GatherWire {
   }
   void finish(const ShardContext&, memory::Block&) override {}
   std::size_t compute_bytes(const ShardContext& c) const override {
-    return c.shard_comm.size() == 1 ? 0 : 4 * c.flat();
+    return in_place(c) ? 0 : 4 * c.flat();
   }
+
+ private:
+  // One rank per shard: the master is the compute buffer itself.
+  static bool in_place(const ShardContext& c) { return c.shard_comm.size() == 1; }
 };
 
 }  // namespace

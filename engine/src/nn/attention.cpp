@@ -263,6 +263,12 @@ std::int64_t checked_kv_heads(std::int64_t d, std::int64_t heads, const Attentio
                 "0 (no rotary embedding) or a finite base > 1 with an even head dim");
   return kv;
 }
+
+// The pack kernels' view of an attention layer over `s`.
+template <class T>
+detail::QkvLayout qkv_layout(const CausalSelfAttention<T>& a, const ActShape& s) {
+  return {s.rows(), s.seq, a.heads(), a.kv_heads(), a.head_dim(), a.rope_theta()};
+}
 }  // namespace
 
 template <class T>
@@ -287,11 +293,10 @@ void CausalSelfAttention<T>::forward(Kokkos::View<const T*> x, ActShape shape,
   detail::ensure_size(qkv_, rows * 3 * d_, "kshard::CausalSelfAttention::qkv");
   detail::ensure_size(ctx_, rows * d_, "kshard::CausalSelfAttention::ctx");
   if (packs()) {
-    const std::int64_t hd = d_ / heads_;
-    auto src = detail::scratch<T>(rows * (heads_ + 2 * kv_heads_) * hd,
+    auto src = detail::scratch<T>(rows * qkv_proj_.out_features(),
                                   "kshard::CausalSelfAttention::qkv_gqa");
     qkv_proj_.forward(x, shape, subs_.params("qkv", params), src.view);
-    detail::qkv_pack<T>(src.view, qkv_, {rows, shape.seq, heads_, kv_heads_, hd, rope_theta_});
+    detail::qkv_pack<T>(src.view, qkv_, qkv_layout(*this, shape));
   } else {
     qkv_proj_.forward(x, shape, subs_.params("qkv", params), qkv_);
   }
@@ -344,16 +349,16 @@ void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstView
     detail::causal_attention_backward<T>(qkv_, prob_, dctx.view, dprob.view, dqkv.view,
                                          shape_.batch, shape_.seq, d_, heads_);
   }
+  // The projection's gradient: the packed one, folded back when the forward packed.
+  Kokkos::View<const T*> dproj = dqkv.view;
+  detail::Scratch<T> dsrc;
   if (packs()) {
-    const std::int64_t hd = d_ / heads_;
-    auto dsrc = detail::scratch<T>(rows * (heads_ + 2 * kv_heads_) * hd,
-                                   "kshard::CausalSelfAttention::dqkv_gqa");
-    detail::qkv_unpack<T>(dqkv.view, dsrc.view,
-                          {rows, shape_.seq, heads_, kv_heads_, hd, rope_theta_});
-    qkv_proj_.backward(dsrc.view, subs_.params("qkv", params), subs_.grads("qkv", grads), dx);
-    return;
+    dsrc = detail::scratch<T>(rows * qkv_proj_.out_features(),
+                              "kshard::CausalSelfAttention::dqkv_gqa");
+    detail::qkv_unpack<T>(dqkv.view, dsrc.view, qkv_layout(*this, shape_));
+    dproj = dsrc.view;
   }
-  qkv_proj_.backward(dqkv.view, subs_.params("qkv", params), subs_.grads("qkv", grads), dx);
+  qkv_proj_.backward(dproj, subs_.params("qkv", params), subs_.grads("qkv", grads), dx);
 }
 
 template <class T>
