@@ -26,7 +26,7 @@ using namespace ckpt_test;
 
 namespace {
 
-fs::path here(const std::string& what) {
+fs::path async_dir(const std::string& what) {
   return launch_dir(kt::world_size(), what);
 }
 
@@ -67,7 +67,7 @@ KSHARD_TEST_SUITE(async_save)
 // state at step 2.
 BOOST_DATA_TEST_CASE(snapshot_is_the_state_at_start, bdata::make({"fp32", "bf16"}), recipe) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
-  const fs::path dir = here(std::string("async-") + recipe);
+  const fs::path dir = async_dir(std::string("async-") + recipe);
   fresh_dir(dir, kt::world());
   Trainer a(mesh, recipe, 5);
   a.train_step();
@@ -114,7 +114,7 @@ BOOST_DATA_TEST_CASE(snapshot_is_the_state_at_start, bdata::make({"fp32", "bf16"
 // and from wait(); nothing of the failed save remains and step 1 still loads.
 BOOST_AUTO_TEST_CASE(failed_write_is_an_error_on_every_rank) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
-  const fs::path dir = here("async-fail");
+  const fs::path dir = async_dir("async-fail");
   fresh_dir(dir, kt::world());
   Trainer a(mesh, "fp32", 6);
   a.train_step();
@@ -173,7 +173,7 @@ BOOST_AUTO_TEST_CASE(failed_write_is_an_error_on_every_rank) {
 // which the next save removes.
 BOOST_AUTO_TEST_CASE(destructor_waits_and_commits_nothing) {
   const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
-  const fs::path dir = here("async-dtor");
+  const fs::path dir = async_dir("async-dtor");
   fresh_dir(dir, kt::world());
   Trainer a(mesh, "fp32", 7);
   a.train_step();

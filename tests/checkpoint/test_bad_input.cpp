@@ -15,7 +15,7 @@ using namespace ckpt_test;
 
 namespace {
 
-fs::path here(const std::string& what) {
+fs::path bad_dir(const std::string& what) {
   return launch_dir(kt::world_size(), fs::path("bad") / what);
 }
 
@@ -26,14 +26,14 @@ struct Good {
   fs::path path;
   Good()
       : mesh(make_mesh(kt::world(), launch_mesh(kt::world_size()))), t(mesh, "fp32", 21) {
-    fresh_dir(here("good"), kt::world());
+    fresh_dir(bad_dir("good"), kt::world());
     t.train_step();
-    path = kshard::save_checkpoint(here("good"), 1, *t.model, *t.opt, t.user_state()).path;
+    path = kshard::save_checkpoint(bad_dir("good"), 1, *t.model, *t.opt, t.user_state()).path;
   }
   /// A copy of the good checkpoint at `name`, damaged by rank 0.
   template <class Damage>
   fs::path damaged(const std::string& name, Damage&& damage) {
-    const fs::path p = here(name);
+    const fs::path p = bad_dir(name);
     if (kt::world_rank() == 0) {
       fs::remove_all(p);
       fs::create_directories(p.parent_path());
@@ -159,7 +159,7 @@ BOOST_AUTO_TEST_CASE(manifest_of_another_model) {
 
 BOOST_AUTO_TEST_CASE(missing_or_unreadable_directory) {
   Good g;
-  const fs::path none = here("does-not-exist");
+  const fs::path none = bad_dir("does-not-exist");
   EXPECT_LOAD_ERROR(none, none.string(), "does not exist");
   const fs::path file = g.damaged("a-file", [&](const fs::path& d) {
     fs::remove_all(d);
@@ -176,27 +176,27 @@ BOOST_AUTO_TEST_CASE(disk_full_during_save) {
   const int victim = g.mesh.shard_size() - 1;  // a rank of replica 0: it writes
   ::setenv("KSHARD_CHECKPOINT_TEST_FAULT", ("enospc:" + std::to_string(victim) + ":2").c_str(), 1);
   g.t.train_step();
-  const std::string e = error_of([&] { kshard::save_checkpoint(here("good"), 2, *g.t.model, *g.t.opt); });
+  const std::string e = error_of([&] { kshard::save_checkpoint(bad_dir("good"), 2, *g.t.model, *g.t.opt); });
   ::unsetenv("KSHARD_CHECKPOINT_TEST_FAULT");
   KSHARD_CHECK_ALL_MSG(mentions(e, "No space left on device", ".tmp-step-0000000002/shard-"), "got: " << e);
-  KSHARD_CHECK_ALL(kshard::latest_checkpoint(here("good")) == kshard::checkpoint_path(here("good"), 1));
-  KSHARD_CHECK_ALL(!fs::exists(here("good") / ".tmp-step-0000000002"));
+  KSHARD_CHECK_ALL(kshard::latest_checkpoint(bad_dir("good")) == kshard::checkpoint_path(bad_dir("good"), 1));
+  KSHARD_CHECK_ALL(!fs::exists(bad_dir("good") / ".tmp-step-0000000002"));
   Trainer t(g.mesh, "fp32", 2);
-  KSHARD_CHECK_ALL(kshard::load_latest_checkpoint(here("good"), *t.model, *t.opt)->step == 1);
+  KSHARD_CHECK_ALL(kshard::load_latest_checkpoint(bad_dir("good"), *t.model, *t.opt)->step == 1);
 }
 
 BOOST_AUTO_TEST_CASE(steps_that_differ_between_ranks) {
   KSHARD_SKIP_IF(kt::world_size() < 2, "ranks cannot disagree at 1 rank");
   Good g;
   const std::string e = error_of(
-      [&] { kshard::save_checkpoint(here("good"), 5 + kt::world_rank(), *g.t.model, *g.t.opt); });
+      [&] { kshard::save_checkpoint(bad_dir("good"), 5 + kt::world_rank(), *g.t.model, *g.t.opt); });
   KSHARD_CHECK_ALL_MSG(e.find("ranks disagree on the step to save") != std::string::npos, "got: " << e);
 }
 
 // safetensors: a truncated file, a header that is not JSON, a missing tensor.
 BOOST_AUTO_TEST_CASE(bad_safetensors) {
   Good g;
-  const fs::path dir = here("st");
+  const fs::path dir = bad_dir("st");
   if (kt::world_rank() == 0) fs::create_directories(dir);
   kt::world().barrier();
   const fs::path good = dir / "good.safetensors";

@@ -72,6 +72,17 @@ inline HostVec random_vec(std::size_t n, std::mt19937_64& rng, double lo = -1.0,
   return v;
 }
 
+/// A random activation of shape s, uniform in [-1, 1) (seeded: the same input each run).
+inline HostVec random_input(ActShape s, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return random_vec(static_cast<std::size_t>(s.numel()), rng);
+}
+
+/// Central differences in double: the step and the relative tolerance the
+/// analytic gradients are held to.
+constexpr double kFdStep = 1e-6;
+constexpr double kFdTol = 1e-6;
+
 inline double max_abs(const HostVec& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::abs(x));

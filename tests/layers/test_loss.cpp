@@ -12,20 +12,17 @@ using namespace kshard::test;
 
 namespace {
 
-constexpr double kStep = 1e-6;
-constexpr double kTol = 1e-6;
-
 template <class F>
 HostVec fd(F&& f, HostVec v) {
   HostVec g(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     const double keep = v[i];
-    v[i] = keep + kStep;
+    v[i] = keep + kFdStep;
     const double fp = f(v);
-    v[i] = keep - kStep;
+    v[i] = keep - kFdStep;
     const double fm = f(v);
     v[i] = keep;
-    g[i] = (fp - fm) / (2 * kStep);
+    g[i] = (fp - fm) / (2 * kFdStep);
   }
   return g;
 }
@@ -60,7 +57,7 @@ BOOST_AUTO_TEST_CASE(mse_value_and_gradient) {
     Kokkos::View<double*> scratch("s", 15);
     return mse_loss<double>(to_device<double>(v), td, scratch);
   };
-  BOOST_TEST(rel_err(fd(f, p), to_host(dp)) <= kTol);
+  BOOST_TEST(rel_err(fd(f, p), to_host(dp)) <= kFdTol);
   // grad_scale scales the gradient, not the loss.
   Kokkos::View<double*> dp2("dp2", 15);
   BOOST_TEST(mse_loss<double>(to_device<double>(p), td, dp2, 0.5) == l,
@@ -90,7 +87,7 @@ BOOST_AUTO_TEST_CASE(cross_entropy_value_and_gradient) {
   want /= 4;
   BOOST_TEST(l == want, boost::test_tools::tolerance(1e-13));
   auto f = [&](const HostVec& v) { return ce(v, rows, vocab, targets); };
-  BOOST_TEST(rel_err(fd(f, logits), grad) <= kTol);
+  BOOST_TEST(rel_err(fd(f, logits), grad) <= kFdTol);
   for (std::int64_t j = 0; j < vocab; ++j) BOOST_TEST(grad[2 * vocab + j] == 0.0);
 
   // Uniform logits: loss = log(vocab) exactly-ish.
