@@ -121,7 +121,8 @@ std::vector<kshard::LayerDef> model_layers(const TrainOptions& o) {
     layers.push_back(kshard::layer<kshard::TransformerLayer>(d, std::int64_t(o.heads),
                                                              ffn_hidden(o), o.norm_eps));
   layers.push_back(kshard::layer<kshard::LayerNorm>(d, o.norm_eps));
-  layers.push_back(kshard::layer<kshard::Linear>(d, vocab));
+  // GPT-2's tied head has no bias (the table is the whole head).
+  layers.push_back(kshard::layer<kshard::Linear>(d, vocab, !o.tie_embeddings));
   return layers;
 }
 
@@ -271,14 +272,15 @@ int run(kshard::Session& session, int argc, char** argv) {
   recipe.fp8_compute.amax_history_len = o.fp8_amax_history;
   recipe.fp8_compute.amax_algo =
       o.fp8_amax_algo == "max" ? kshard::Fp8AmaxAlgo::max : kshard::Fp8AmaxAlgo::most_recent;
-  const kshard::MemoryEstimate estimate =
-      kshard::MemoryEstimate::of(defs, recipe, shard_n, o.batch, o.seq, o.keep_lp_shard);
-  kshard::check_memory_fits(world, estimate);
-
   kshard::FsdpOptions fo;
   fo.reshard_after_forward = o.reshard_after_forward;
   fo.keep_low_precision_shard = o.keep_lp_shard;
   fo.loss_chunk_bytes = std::size_t(o.loss_chunk_mib) << 20;
+  fo.tie_word_embeddings = o.tie_embeddings;
+  const kshard::MemoryEstimate estimate =
+      kshard::MemoryEstimate::of(defs, recipe, shard_n, o.batch, o.seq, fo);
+  kshard::check_memory_fits(world, estimate);
+
   kshard::FsdpModel built(mesh, defs, recipe, fo);
   built.init_parameters(o.seed);
   const Reducer reducer(world);

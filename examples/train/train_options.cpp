@@ -127,6 +127,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     ("ffn-hidden", po::value<int>(&o.ffn_hidden)->default_value(o.ffn_hidden),
      "MLP hidden width (0: 4 x width for gpt2; for llama 8 x width / 3 rounded up to a "
      "multiple of 256, Llama's rule)")
+    ("tie-embeddings", po::bool_switch(&o.tie_embeddings),
+     "one parameter for the token embedding and the LM head (the head has no bias then; "
+     "Hugging Face's tie_word_embeddings)")
     ("rope-theta", po::value<double>(&o.rope_theta)->default_value(o.rope_theta, "10000"),
      "llama: base of the rotary embeddings' angles")
     ("norm-eps", po::value<double>(&o.norm_eps)->default_value(o.norm_eps, "1e-5"),

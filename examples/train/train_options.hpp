@@ -34,6 +34,7 @@ struct TrainOptions {
   std::string attention = "auto";
   std::string arch = "gpt2";  ///< gpt2 (LayerNorm, GELU MLP, learned positions, biases) or llama
   int kv_heads = 0;           ///< llama: key/value heads (0: --heads)
+  bool tie_embeddings = false;  ///< the LM head's weight is the embedding table
   int ffn_hidden = 0;         ///< MLP hidden width (0: 4 d for gpt2, Llama's 8d/3 rounded up to 256)
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;

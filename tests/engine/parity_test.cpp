@@ -22,6 +22,8 @@
 #include <kshard/engine/nn/layer_norm_linear.hpp>
 #include <kshard/engine/nn/layer_norm_mlp.hpp>
 #include <kshard/engine/nn/linear.hpp>
+#include <kshard/engine/nn/llama_layer.hpp>
+#include <kshard/engine/nn/rms_norm.hpp>
 #include <kshard/optim/loss_scaler.hpp>
 #include <kshard/engine/nn/transformer_layer.hpp>
 #include <kshard/optim/fused_adam.hpp>
@@ -36,9 +38,16 @@ namespace {
 
 constexpr int kSteps = 3;
 constexpr std::int64_t kD = 16, kSeq = 4, kRowsPerRank = 2 * kSeq, kVocab = 11;
-enum class Arch { linear, ln_linear, ln_mlp, transformer, lm };
+enum class Arch { linear, ln_linear, ln_mlp, transformer, lm, lm_tied, llama_tied };
 const char* kArchNames[] = {"Linear", "LayerNormLinear", "LayerNormMLP", "TransformerLayer",
-                            "Embedding+TransformerLayer+Linear(CE)"};
+                            "Embedding+TransformerLayer+Linear(CE)",
+                            "Embedding+TransformerLayer+Linear(CE), tied head",
+                            "Embedding+LlamaLayer+RMSNorm+Linear(no bias, CE), tied head"};
+constexpr int kArchs = 7;
+// The token models (cross-entropy on ids).
+bool is_lm(Arch a) { return a == Arch::lm || a == Arch::lm_tied || a == Arch::llama_tied; }
+// tie_word_embeddings: the head's weight is the embedding table.
+bool is_tied(Arch a) { return a == Arch::lm_tied || a == Arch::llama_tied; }
 const char* kRecipes[] = {"fp32", "bf16", "fp16", "fp8"};
 
 // Layers described once: FsdpModel builds them in the recipe's compute dtype.
@@ -55,7 +64,17 @@ std::vector<kshard::LayerDef> make_layers(Arch a, std::int64_t d = kD) {
     case Arch::transformer:
       return {layer<kshard::TransformerLayer>(d, std::int64_t(2), 2 * d),
               layer<kshard::TransformerLayer>(d, std::int64_t(2), 2 * d)};
+    case Arch::llama_tied: {
+      kshard::LlamaBlockConfig c;
+      c.d_model = d;
+      c.heads = 4;
+      c.kv_heads = 2;
+      c.ffn = 2 * d;
+      return {layer<kshard::Embedding>(v, d), layer<kshard::LlamaLayer>(c),
+              layer<kshard::RMSNorm>(d, 1e-5), layer<kshard::Linear>(d, v, false)};
+    }
     case Arch::lm:
+    case Arch::lm_tied:
       break;
   }
   return {layer<kshard::Embedding>(v, d), layer<kshard::TransformerLayer>(d, std::int64_t(2), 2 * d),
@@ -105,7 +124,9 @@ struct RunConfig {
 // global batch; the loss is averaged over `world`.
 RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const RunConfig& c,
                 const Batch& batch, std::int64_t first_row, std::int64_t rows) {
-  FsdpModel model(mesh, make_layers(c.arch, c.d), c.recipe, c.fsdp);
+  kshard::FsdpOptions fo = c.fsdp;
+  fo.tie_word_embeddings = is_tied(c.arch);
+  FsdpModel model(mesh, make_layers(c.arch, c.d), c.recipe, fo);
   const std::int64_t d = c.d;
   model.init_parameters(42);
   kshard::AdamOptions ao;
@@ -115,7 +136,7 @@ RunResult train(const DeviceMesh& mesh, const kshard::Communicator& world, const
   kshard::FusedAdam adam(ao, mesh.shard_comm(), world);
   for (std::size_t i = 0; i < model.num_units(); ++i) adam.add_group(model.group(i));
   kshard::DynamicLossScaler scaler(c.recipe.loss_scaling ? 1024.f : 1.f);
-  const bool lm = c.arch == Arch::lm;
+  const bool lm = is_lm(c.arch);
   const std::int64_t mrows = rows / c.micro_batches;
   RunResult out;
   for (int step = 0; step < kSteps; ++step) {
@@ -197,7 +218,7 @@ Tol tolerance(const Recipe& r) {
 KSHARD_TEST_SUITE(parity)
 
 BOOST_DATA_TEST_CASE(sharded_equals_unsharded,
-                     bdata::xrange(4) * bdata::xrange(2) * bdata::xrange(2) * bdata::xrange(5),
+                     bdata::xrange(4) * bdata::xrange(2) * bdata::xrange(2) * bdata::xrange(kArchs),
                      recipe_i, fp8_init, hsdp, arch_i) {
   const auto& world = kt::world();
   const int P = world.size();
@@ -354,13 +375,14 @@ BOOST_DATA_TEST_CASE(no_sync_accumulation_equals_one_large_batch, bdata::xrange(
 // rows per chunk (not a divisor of the 8 rows per rank) and all rows in one
 // chunk against the kept-logits path (loss_chunk_bytes = 0), per recipe, on
 // the world mesh. Only the order of the head's weight-gradient sums differs
-// (chunk by chunk), so the parity tolerances apply.
-BOOST_DATA_TEST_CASE(chunked_head_loss_equals_kept_logits, bdata::xrange(4), recipe_i) {
+// (chunk by chunk), so the parity tolerances apply. Untied and tied heads.
+BOOST_DATA_TEST_CASE(chunked_head_loss_equals_kept_logits, bdata::xrange(4) * bdata::xrange(2),
+                     recipe_i, tied) {
   const auto& world = kt::world();
   DeviceMesh mesh(world, {world.size()});
   const Batch batch = make_batch(kRowsPerRank * world.size());
   RunConfig c;
-  c.arch = Arch::lm;
+  c.arch = tied ? Arch::lm_tied : Arch::lm;
   c.recipe = Recipe::parse(kRecipes[recipe_i]);
   c.fsdp.loss_chunk_bytes = 0;
   const RunResult kept = train(mesh, world, c, batch, world.rank() * kRowsPerRank, kRowsPerRank);
@@ -388,6 +410,116 @@ BOOST_DATA_TEST_CASE(chunked_head_loss_equals_kept_logits, bdata::xrange(4), rec
 // failures; so do we: fp8 training does NOT match fp32 training to fp32
 // tolerance (if it did, the fp8 path would not be quantizing at all). The
 // harness keeps every rank in step: each rank records the same one failure.
+// A tied head's weight gradient is the sum of its two uses: the tied model
+// against the same model untied whose head weight is set to the embedding
+// table (so both compute the same logits), one forward_backward_ce each on
+// the world mesh, f32. Same loss (bitwise: the same kernels on the same
+// values); the tied table's gradient = the untied embedding's + the untied
+// head's (to 1e-6 relative to the largest: the tied one adds the two in
+// another order), every other gradient equal. Both block shapes (GPT with a
+// head bias that stays the head's own, Llama without).
+BOOST_DATA_TEST_CASE(tied_head_gradient_is_the_sum_of_both_uses, bdata::xrange(2), llama) {
+  const auto& world = kt::world();
+  const int P = world.size();
+  DeviceMesh mesh(world, {P});
+  const Arch arch = llama ? Arch::llama_tied : Arch::lm_tied;
+  const Recipe recipe = Recipe::parse("fp32");
+  kshard::FsdpOptions tied_o;
+  tied_o.tie_word_embeddings = true;
+  FsdpModel tied(mesh, make_layers(arch), recipe, tied_o);
+  FsdpModel untied(mesh, make_layers(arch), recipe);
+  tied.init_parameters(42);
+  untied.init_parameters(42);
+  const std::size_t head = untied.num_units() - 1;
+  KSHARD_CHECK_ALL(tied.num_units() == untied.num_units());
+  // Units 0 .. head-1 and the head's bias have the same keys, so the same
+  // values; the untied head's weight becomes the table.
+  const auto entry = [](const kshard::ShardedGroup& g, const std::string& name) {
+    for (const auto& e : g.index().entries())
+      if (e.name == name) return e;
+    BOOST_FAIL("no parameter " << name << " in " << g.name());
+    return g.index().entries().front();
+  };
+  const auto table_e = entry(untied.group(0), "weight"), head_e = entry(untied.group(head), "weight");
+  {
+    const std::vector<float> table = untied.group(0).gather_master();
+    std::vector<float> flat = untied.group(head).gather_master();
+    flat.resize(std::size_t(untied.group(head).index().flat_numel()), 0.f);
+    std::copy_n(table.begin() + table_e.offset, table_e.numel, flat.begin() + head_e.offset);
+    untied.group(head).set_full_parameters(to_device(flat.data(), flat.size(), "head"));
+  }
+  const Batch batch = make_batch(kRowsPerRank * P);
+  const std::int64_t r0 = world.rank() * kRowsPerRank;
+  auto ids = to_device(batch.tokens.data() + r0, std::size_t(kRowsPerRank), "ids");
+  auto next = to_device(batch.next.data() + r0, std::size_t(kRowsPerRank), "targets");
+  const kshard::ActShape shape{kRowsPerRank / kSeq, kSeq, 1};
+  const double lt = tied.forward_backward_ce(ids, shape, next);
+  const double lu = untied.forward_backward_ce(ids, shape, next);
+  KSHARD_CHECK_ALL_MSG(lt == lu, "tied loss " << lt << " vs untied " << lu);
+  tied.prepare_optimizer_step();  // settles every gradient shard
+  untied.prepare_optimizer_step();
+  const auto grads = [&](const kshard::ShardedGroup& g) {
+    Kokkos::View<float*> full("full_grad", std::size_t(g.index().flat_numel()));
+    mesh.shard_comm().all_gather(g.grad(), full);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
+    return std::vector<float>(h.data(), h.data() + h.extent(0));
+  };
+  double worst = 0, scale = 0;
+  const auto check = [&](const std::vector<float>& got, std::int64_t go,
+                         const std::vector<float>& a, std::int64_t ao, const std::vector<float>* b,
+                         std::int64_t bo, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double want = double(a[std::size_t(ao + i)]) + (b ? double((*b)[std::size_t(bo + i)]) : 0.0);
+      worst = std::max(worst, std::fabs(double(got[std::size_t(go + i)]) - want));
+      scale = std::max(scale, std::fabs(want));
+    }
+  };
+  const std::vector<float> t0 = grads(tied.group(0)), u0 = grads(untied.group(0)),
+                           uh = grads(untied.group(head)), th = grads(tied.group(head));
+  check(t0, table_e.offset, u0, table_e.offset, &uh, head_e.offset, table_e.numel);
+  KSHARD_CHECK_ALL_MSG(tied.group(head).index().entries().size() + 1 ==
+                           untied.group(head).index().entries().size(),
+                       "the tied head keeps a weight of its own");
+  for (const auto& e : tied.group(head).index().entries()) {  // the bias (GPT)
+    const auto ue = entry(untied.group(head), e.name);
+    check(th, e.offset, uh, ue.offset, nullptr, 0, e.numel);
+  }
+  for (std::size_t u = 1; u < head; ++u) {
+    const std::vector<float> a = grads(tied.group(u)), b = grads(untied.group(u));
+    check(a, 0, b, 0, nullptr, 0, std::int64_t(a.size()));
+  }
+  BOOST_TEST_MESSAGE(kArchNames[int(arch)] << ": tied vs summed gradients, max abs diff " << worst
+                                           << " (largest " << scale << ")");
+  KSHARD_CHECK_ALL_MSG(scale > 0 && worst <= 1e-6 * scale,
+                       "tied gradient differs from the sum of both uses by " << worst
+                                                                             << " (largest " << scale << ")");
+}
+
+// Bad ties: a model whose first layer is no embedding, or whose head's weight
+// is not [vocab, d], is a clear error at construction (on every rank).
+BOOST_AUTO_TEST_CASE(tie_word_embeddings_needs_an_embedding_and_a_matching_head) {
+  const auto& world = kt::world();
+  DeviceMesh mesh(world, {world.size()});
+  kshard::FsdpOptions o;
+  o.tie_word_embeddings = true;
+  const auto error_of = [&](const std::vector<kshard::LayerDef>& defs) {
+    try {
+      FsdpModel m(mesh, defs, Recipe::parse("fp32"), o);
+    } catch (const kshard::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  using kshard::layer;
+  const std::string a = error_of(make_layers(Arch::linear));
+  KSHARD_CHECK_ALL_MSG(a.find("an Embedding first") != std::string::npos, a);
+  const std::string b = error_of({layer<kshard::Embedding>(kVocab, kD), layer<kshard::Linear>(kD, kVocab + 1)});
+  KSHARD_CHECK_ALL_MSG(b.find("[12, 16]") != std::string::npos &&
+                           b.find("[11, 16]") != std::string::npos, b);
+  const std::string c = error_of({layer<kshard::Embedding>(kVocab, kD)});
+  KSHARD_CHECK_ALL_MSG(c.find("no other layer") != std::string::npos, c);
+}
+
 BOOST_AUTO_TEST_CASE(fp8_differs_from_fp32_beyond_fp32_tolerance,
                      *boost::unit_test::expected_failures(1)) {
   const auto& world = kt::world();

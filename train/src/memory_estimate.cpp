@@ -30,7 +30,7 @@ std::string MemoryEstimate::describe() const {
 
 MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Recipe& recipe,
                                   int shard_size, std::int64_t batch, std::int64_t seq,
-                                  bool keep_low_precision_shard) {
+                                  const FsdpOptions& options) {
   if (shard_size < 1 || batch < 1 || seq < 1)
     throw Error("memory estimate for shard size " + std::to_string(shard_size) + ", batch " +
                     std::to_string(batch) + ", seq " + std::to_string(seq),
@@ -40,7 +40,7 @@ MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Rec
   const double rows = double(batch) * double(seq);
   double lp_per_elem = 0;
   if (recipe.fp8_init) lp_per_elem = 1;
-  else if (keep_low_precision_shard && (recipe.gather_dtype == DType::bf16 ||
+  else if (options.keep_low_precision_shard && (recipe.gather_dtype == DType::bf16 ||
                                         recipe.gather_dtype == DType::f16))
     lp_per_elem = 2;
   // One rank per shard: the compute buffer is the master (fp32) or the kept
@@ -48,24 +48,30 @@ MemoryEstimate MemoryEstimate::of(const std::vector<LayerDef>& layers, const Rec
   const bool compute_is_shard =
       shard_size == 1 && (recipe.gather_dtype == DType::f32 || lp_per_elem == 2);
   const double compute_unsharded = compute_is_shard ? 0.0 : compute;
-  double max_unit = 0, widest = 0, saved = 0, last_out = 0;
-  for (const LayerDef& def : layers) {
+  double max_unit = 0, widest = 0, saved = 0, last_out = 0, first_unit = 0;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
     // A Layer<float> object only describes itself: nothing is allocated
     // before its first forward.
-    const auto layer = def.make<float>();
-    const std::vector<ParamSpec> specs = layer->param_specs();
+    const auto layer = layers[i].make<float>();
+    std::vector<ParamSpec> specs = layer->param_specs();
+    if (options.tie_word_embeddings && i + 1 == layers.size() && i > 0)
+      specs.erase(std::remove_if(specs.begin(), specs.end(),
+                                 [](const ParamSpec& s) { return s.name == "weight"; }),
+                  specs.end());
     for (const ParamSpec& s : specs) e.params += s.numel();
     if (!specs.empty()) {
       const ParamIndex index(specs, shard_size, ParamIndex::default_align, recipe.fp8_block);
       e.persistent += double(index.shard_numel()) * (16.0 + lp_per_elem);
-      max_unit = std::max(max_unit, double(index.flat_numel()) * (compute_unsharded + 4.0));
+      const double unit = double(index.flat_numel()) * (compute_unsharded + 4.0);
+      max_unit = std::max(max_unit, unit);
+      if (i == 0) first_unit = unit;
     }
     const double in = double(layer->in_features()), out = double(layer->out_features());
     widest = std::max({widest, in, out});
     saved += rows * layer->saved_elements_per_row() * compute;
     last_out = out;
   }
-  e.unsharded = 2.0 * max_unit;
+  e.unsharded = 2.0 * max_unit + (options.tie_word_embeddings ? first_unit : 0.0);
   // Logits in f32 (the model's output copy) and the two backward buffers.
   e.activations = saved + rows * last_out * 4.0 + 2.0 * rows * widest * compute;
   return e;

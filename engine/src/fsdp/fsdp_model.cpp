@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <type_traits>
 
 #include "kshard/kernels/cast.hpp"
@@ -24,6 +25,12 @@ Kokkos::View<T*> window(Kokkos::View<T*>& buf, std::int64_t n, const char* label
     buf = Kokkos::View<T*>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing),
                            std::size_t(n));
   return Kokkos::subview(buf, std::make_pair(std::int64_t(0), n));
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 }  // namespace
@@ -70,6 +77,13 @@ class FsdpCoreBase {
   // as TransformerEngine models keep their output projection out of fp8).
   virtual void set_fp8_policy(const Fp8Policy& policy) = 0;
   virtual void fp8_scales(std::vector<Fp8Scale*>& out) = 0;
+  // Unit `unit`'s parameter `param` (its layer's spec index) is unit
+  // `source`'s parameter `source_param`: not in unit's group (the groups are
+  // built without it), read from and accumulated into source's.
+  struct Tie {
+    std::size_t unit, param, source, source_param;
+  };
+  virtual void tie(const Tie& t) = 0;
 };
 
 template <class T>
@@ -94,6 +108,7 @@ class FsdpCore final : public FsdpCoreBase {
   void fp8_scales(std::vector<Fp8Scale*>& out) override {
     for (auto& l : layers_) l->fp8_scales(out);
   }
+  void tie(const Tie& t) override { tie_ = t; }
 
   void forward(std::vector<ShardedGroup>& g, const FsdpOptions& o, const ModelInput& in,
                ActShape shape, std::size_t defer_bytes) override {
@@ -131,7 +146,7 @@ class FsdpCore final : public FsdpCoreBase {
     const DeferredHead h = take_deferred_head();
     const std::size_t k = h.unit;
     g[k].finish_unshard();  // a no-op when unsharded
-    const auto params = g[k].params<T>();
+    const auto params = params_of(g, k);
     const std::int64_t in = shapes_[k].features, chunk = h.chunk_rows;
     const memory::Block out_block =
         memory::acquire(std::size_t(chunk * os.features) * sizeof(T), "kshard.fsdp.out_chunk");
@@ -256,14 +271,15 @@ class FsdpCore final : public FsdpCoreBase {
     for (std::size_t i = 0; i < run; ++i) {
       g[i].finish_unshard();  // a no-op when unsharded
       if (o.prefetch && i + 1 < n) g[i + 1].start_unshard();
-      const auto params = g[i].params<T>();
+      const auto params = params_of(g, i);
       if (i == 0 && ids.data() != nullptr)
         layers_[0]->forward_tokens(ids, shapes_[0], params, acts_[1]);
       else
         layers_[i]->forward(i == 0 ? x : Kokkos::View<const T*>(acts_[i]), shapes_[i], params,
                             acts_[i + 1]);
-      // The last unit is needed first by backward: keep it (as FSDP2 does).
-      if (o.reshard_after_forward && i + 1 < n) g[i].reshard();
+      // The last unit is needed first by backward: keep it (as FSDP2 does);
+      // a tied source is read again by its tied unit.
+      if (o.reshard_after_forward && i + 1 < n && !(tie_ && i == tie_->source)) g[i].reshard();
     }
   }
 
@@ -283,9 +299,9 @@ class FsdpCore final : public FsdpCoreBase {
       if (o.prefetch && k > 0) g[k - 1].start_unshard();
       Kokkos::View<T*> dx = window(use_a ? dact_a_ : dact_b_, shapes_[k].numel(), "kshard.fsdp.dact");
       if (top && k + 1 == n)
-        top(g[k].params<T>(), g[k].unsharded_grads(), dx);
+        top(params_of(g, k), grads_of(g, k), dx);
       else
-        layers_[k]->backward(cur, g[k].params<T>(), g[k].unsharded_grads(), dx);
+        layers_[k]->backward(cur, params_of(g, k), grads_of(g, k), dx);
       layers_[k]->release();
       if (sync) {
         g[k].start_reduce_grads();
@@ -299,7 +315,24 @@ class FsdpCore final : public FsdpCoreBase {
     if (reducing < n) g[reducing].finish_reduce_grads();
   }
 
+  // Unit k's parameters (gradients) in its layer's spec order: its group's,
+  // with a tied one taken from the source unit's group.
+  ConstViews params_of(std::vector<ShardedGroup>& g, std::size_t k) const {
+    ConstViews v = g[k].params<T>();
+    if (tie_ && k == tie_->unit)
+      v.insert(v.begin() + std::ptrdiff_t(tie_->param), g[tie_->source].params<T>().at(tie_->source_param));
+    return v;
+  }
+  GradViews grads_of(std::vector<ShardedGroup>& g, std::size_t k) const {
+    GradViews v = g[k].unsharded_grads();
+    if (tie_ && k == tie_->unit)
+      v.insert(v.begin() + std::ptrdiff_t(tie_->param),
+               g[tie_->source].unsharded_grads().at(tie_->source_param));
+    return v;
+  }
+
   std::vector<std::unique_ptr<Layer<T>>> layers_;
+  std::optional<Tie> tie_;
   std::vector<LayerKindInfo> info_;
   std::vector<ActShape> shapes_;          // input shape of each unit, and the output
   std::vector<Kokkos::View<T*>> acts_;    // acts_[i]: input of unit i (acts_[0] unused)
@@ -315,6 +348,30 @@ std::unique_ptr<FsdpCoreBase> make_core(const std::vector<LayerDef>& defs) {
   std::vector<std::unique_ptr<Layer<T>>> layers;
   for (const auto& d : defs) layers.push_back(d.make<T>());
   return std::make_unique<FsdpCore<T>>(std::move(layers));
+}
+
+// tie_word_embeddings: the last layer's "weight" is the first layer's.
+FsdpCoreBase::Tie word_embedding_tie(const FsdpCoreBase& core) {
+  const std::size_t last = core.size() - 1;
+  const auto& first = core.info(0);
+  const auto& head = core.info(last);
+  const auto find = [](const LayerKindInfo& li) {
+    const auto it = std::find_if(li.specs.begin(), li.specs.end(),
+                                 [](const ParamSpec& p) { return p.name == "weight"; });
+    return it == li.specs.end() ? li.specs.size() : std::size_t(it - li.specs.begin());
+  };
+  const std::size_t fw = find(first), hw = find(head);
+  if (last == 0 || !first.takes_token_ids || fw == first.specs.size())
+    throw Error("tie_word_embeddings with a first layer " + first.kind +
+                    (last == 0 ? " and no other layer" : ""),
+                "an Embedding first (token ids in, a \"weight\" table) and a head after it");
+  if (hw == head.specs.size() || head.specs[hw].shape != first.specs[fw].shape)
+    throw Error("tie_word_embeddings: the last layer (" + head.kind + ") has " +
+                    (hw == head.specs.size() ? std::string("no \"weight\"")
+                                             : "a weight of shape " + shape_string(head.specs[hw].shape)) +
+                    ", the embedding's is " + shape_string(first.specs[fw].shape),
+                "a last layer whose \"weight\" has the embedding's shape [vocab, d] (a Linear(d, vocab))");
+  return {last, hw, 0, fw};
 }
 
 }  // namespace detail
@@ -380,10 +437,18 @@ void FsdpModel::build_groups() {
                       std::to_string(i - 1) + " (" + core_->info(i - 1).kind + ") gives " +
                       std::to_string(core_->info(i - 1).out_features),
                   "consecutive layers with matching widths");
-    groups_.emplace_back("layers." + std::to_string(i), li.specs, mesh_, recipe_,
+  }
+  std::optional<detail::FsdpCoreBase::Tie> tie;
+  if (options_.tie_word_embeddings) tie = detail::word_embedding_tie(*core_);
+  for (std::size_t i = 0; i < core_->size(); ++i) {
+    std::vector<ParamSpec> specs = core_->info(i).specs;
+    if (tie && i == tie->unit) specs.erase(specs.begin() + std::ptrdiff_t(tie->param));
+    groups_.emplace_back("layers." + std::to_string(i), specs, mesh_, recipe_,
                          options_.keep_low_precision_shard);
   }
+  if (tie) core_->tie(*tie);
 }
+
 
 std::string FsdpModel::layer_kind(std::size_t i) const { return core_->info(i).kind; }
 

@@ -5,7 +5,7 @@
 // CUDA: by an allocation failure deep inside a step).
 //
 //   kshard::MemoryEstimate e = kshard::MemoryEstimate::of(defs, recipe, mesh.shard_size(),
-//                                                         batch, seq, keep_lp_shard);
+//                                                         batch, seq, fsdp_options);
 //   kshard::check_memory_fits(mesh.world(), e);   // kshard::Error on every rank if not
 //
 // The estimate (bytes per rank):
@@ -14,7 +14,9 @@
 //    plus 2 B/param/N for a kept 16-bit shard, or 1 for an fp8 one;
 //  - unsharded: two units at once (the one computing and the one being
 //    prefetched or reduced): the largest unit's parameters in the compute
-//    dtype plus its f32 gradient, twice;
+//    dtype plus its f32 gradient, twice; with tie_word_embeddings also the
+//    embedding unit, which stays unsharded through the step (its weight is
+//    counted once, in the embedding);
 //  - activations: one micro-batch's saved activations, from the layer kinds
 //    (a TransformerLayer keeps ~18 values per token per feature of width,
 //    other layers their input and output) plus the logits in f32 and two
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "kshard/engine/nn/layer_def.hpp"
+#include "kshard/engine/fsdp/fsdp_model.hpp"
 #include "kshard/engine/fsdp/recipe.hpp"
 #include "kshard/mesh/communicator.hpp"
 
@@ -41,7 +44,7 @@ struct MemoryEstimate {
 
   static MemoryEstimate of(const std::vector<LayerDef>& layers, const Recipe& recipe,
                            int shard_size, std::int64_t batch, std::int64_t seq,
-                           bool keep_low_precision_shard = false);
+                           const FsdpOptions& options = {});
 };
 
 /// Bytes this rank can expect to use: the device's free memory (CUDA) or the

@@ -62,6 +62,16 @@ struct FsdpOptions {
   /// backward) and fewer, larger head GEMMs are faster (measured on the H200:
   /// f32 +0.5 % over 128 MiB's four chunks, same peak).
   std::size_t loss_chunk_bytes = std::size_t(256) << 20;
+  /// Language models: the last layer's "weight" IS the first layer's (an
+  /// Embedding's [vocab, d] table): one parameter, sharded once, in unit 0
+  /// (Hugging Face's tie_word_embeddings; GPT-2, Gemma, small Llamas). The
+  /// head reads unit 0's unsharded table, so unit 0 stays unsharded from its
+  /// forward to the end of its backward (as FSDP2's root module keeps the
+  /// tied weight), and the head's backward adds into unit 0's gradient before
+  /// the embedding's does: the gradient is the sum of both uses. The last
+  /// unit keeps its other parameters (a bias); the first layer must take
+  /// token ids and the two shapes agree, else kshard::Error.
+  bool tie_word_embeddings = false;
 };
 
 namespace detail {
