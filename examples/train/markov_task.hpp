@@ -42,6 +42,9 @@ class MarkovTask final : public kshard::TokenSource {
   std::string describe() const override;
   /// Cross entropy (nats/token) of a model that knows the chain exactly.
   double entropy_floor() const noexcept;
+  /// The successor token `t` is followed by with probability 0.8 (the other: 0.2).
+  std::int32_t likely_successor(std::int32_t t) const { return likely_.at(std::size_t(t)); }
+  std::int32_t unlikely_successor(std::int32_t t) const { return unlikely_.at(std::size_t(t)); }
 
  private:
   std::int64_t vocab_;

@@ -54,6 +54,7 @@
 #include "kshard/engine/nn/linear.hpp"
 #include "kshard/engine/nn/llama_layer.hpp"
 #include "kshard/engine/nn/rms_norm.hpp"
+#include "kshard/train/generate.hpp"
 #include "kshard/optim/loss_scaler.hpp"
 #include "kshard/engine/fsdp/recipe.hpp"
 #include "kshard/engine/nn/transformer_layer.hpp"
@@ -386,9 +387,61 @@ int run(kshard::Session& session, int argc, char** argv) {
     }
     if (root) std::fflush(stdout);
   }
+  // --sample N: what the model says after the prompt (kshard::generate; every
+  // rank computes it, rank 0 prints). On the Markov task the chain itself says
+  // how well it was learnt: a greedy continuation should take the likely
+  // successor (p = 0.8) at every step, a sampled one ~80 % of the time.
+  auto sample = [&]() {
+    if (o.sample == 0) return;
+    kshard::GenerateOptions g;
+    g.new_tokens = o.sample;
+    g.temperature = o.temperature;
+    g.top_k = o.top_k;
+    g.seed = o.seed;
+    g.context = o.seq;
+    const std::vector<std::int32_t> out = kshard::generate(trainer.model(), world, o.prompt, g);
+    if (!root) return;
+    std::string ids, text;
+    for (std::int32_t t : out) {
+      ids += (ids.empty() ? "" : ",") + std::to_string(t);
+      // One line of text: printable ASCII as it is, a newline as \n, any
+      // other byte as \xNN (whatever an untrained model emits).
+      if (o.prompt_is_text) {
+        if (t >= 0x20 && t < 0x7f && t != '\\') {
+          text += char(t);
+        } else if (t == '\n') {
+          text += "\\n";
+        } else {
+          char esc[8];
+          std::snprintf(esc, sizeof esc, "\\x%02x", unsigned(t & 0xff));
+          text += esc;
+        }
+      }
+    }
+    std::printf("sample: %d tokens after a prompt of %zu (%s): %s\n", o.sample, o.prompt.size(),
+                o.temperature == 0 ? "greedy"
+                                   : ("temperature " + std::to_string(o.temperature) +
+                                      (o.top_k ? ", top-k " + std::to_string(o.top_k) : ""))
+                                         .c_str(),
+                ids.c_str());
+    if (o.prompt_is_text) std::printf("sample text: %s\n", text.c_str());
+    if (markov) {
+      int likely = 0, chain = 0;
+      std::int32_t prev = o.prompt.back();
+      for (std::int32_t t : out) {
+        likely += t == markov->likely_successor(prev);
+        chain += t == markov->likely_successor(prev) || t == markov->unlikely_successor(prev);
+        prev = t;
+      }
+      std::printf("sample: the Markov chain's likely successor %d of %d, a successor %d of %d\n",
+                  likely, o.sample, chain, o.sample);
+    }
+    std::fflush(stdout);
+  };
   // --eval-only: the initialised, --init-from or --resume model.
   if (o.eval_only) {
-    evaluate();
+    if (val) evaluate();  // --eval-only --sample N needs no --val-data
+    sample();
     return 0;
   }
   kshard::SaveOptions save_options;
@@ -584,6 +637,7 @@ int run(kshard::Session& session, int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  sample();
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -95,6 +96,7 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
       "safetensors file); --export writes the final weights as one safetensors file.\n\n"
       "Usage: mpiexec -n N kshard-train [options]\n\nOptions");
   std::string data_dtype = o.data_dtype;
+  std::string prompt_text, prompt_ids;
   // clang-format off
   desc.add_options()
     ("help,h", "print this help and exit")
@@ -110,6 +112,18 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "fp8-delayed: steps of amax history a scale is taken from")
     ("fp8-amax-algo", po::value<std::string>(&o.fp8_amax_algo)->default_value(o.fp8_amax_algo),
      "fp8-delayed: max (the largest amax of the history) or most_recent")
+    ("sample", po::value<int>(&o.sample)->default_value(o.sample),
+     "after training (or --eval-only), generate N tokens from --prompt / --prompt-ids and "
+     "print them (no KV cache: each token runs the forward over the last --seq tokens)")
+    ("prompt", po::value<std::string>(&prompt_text),
+     "--sample's prompt as text, one token per byte (a byte-level vocabulary, --vocab >= the "
+     "largest byte + 1); the continuation is printed as text too")
+    ("prompt-ids", po::value<std::string>(&prompt_ids),
+     "--sample's prompt as comma-separated token ids (default: 0)")
+    ("temperature", po::value<double>(&o.temperature)->default_value(o.temperature, "0"),
+     "--sample: softmax temperature (0: greedy, the most likely token)")
+    ("top-k", po::value<int>(&o.top_k)->default_value(o.top_k),
+     "--sample: draw among the k most likely tokens only (0: all)")
     ("tf32", po::bool_switch(&o.tf32), "let f32 GEMMs use TF32 tensor cores (CUDA; off by default)")
     ("keep-low-precision-shard", po::bool_switch(&o.keep_lp_shard),
      "bf16/fp16: keep a 16-bit copy of each shard, written by the optimizer (2 B/param more, "
@@ -285,7 +299,7 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   check_range("eval-every", o.eval_every, 0, 100000000);
   check_range("profile-step", o.profile_step, 0, o.steps);
   check_range("eval-batches", o.eval_batches, 1, 1 << 20);
-  if ((o.eval_every > 0 || o.eval_only) && o.val_data.empty())
+  if ((o.eval_every > 0 || (o.eval_only && o.sample == 0)) && o.val_data.empty())
     throw OptionError(std::string(o.eval_only ? "--eval-only" : "--eval-every") +
                       " without --val-data; expected --val-data PATH to evaluate on");
   check_range("save-every", o.save_every, 0, 100000000);
@@ -319,6 +333,47 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     throw OptionError(std::string(o.save_dir.empty() ? "--export" : "--save-dir") +
                       " with --eval-only; expected --eval-only alone (it trains nothing, so it "
                       "saves nothing: evaluate a checkpoint with --init-from)");
+  check_range("sample", o.sample, 0, 1 << 20);
+  check_range("top-k", o.top_k, 0, 1 << 24);
+  if (!(std::isfinite(o.temperature) && o.temperature >= 0))
+    throw OptionError("--temperature " + std::to_string(o.temperature) +
+                      " is not valid; expected a number >= 0 (0: greedy)");
+  if (o.sample == 0)
+    for (const char* opt : {"prompt", "prompt-ids", "temperature", "top-k"})
+      if (vm.count(opt) && !vm[opt].defaulted())
+        throw OptionError(std::string("--") + opt + " without --sample; expected --sample N");
+  if (vm.count("prompt") && vm.count("prompt-ids"))
+    throw OptionError("--prompt with --prompt-ids; expected one of them");
+  o.prompt_is_text = vm.count("prompt") > 0;
+  if (o.prompt_is_text) {
+    for (unsigned char c : prompt_text) {
+      if (int(c) >= o.vocab)
+        throw OptionError("--prompt has the byte " + std::to_string(int(c)) + ", not below --vocab " +
+                          std::to_string(o.vocab) +
+                          "; expected a byte-level vocabulary (--vocab 256) for text prompts");
+      o.prompt.push_back(std::int32_t(c));
+    }
+  } else if (vm.count("prompt-ids")) {
+    std::string item;
+    for (std::size_t i = 0; i <= prompt_ids.size(); ++i) {
+      if (i < prompt_ids.size() && prompt_ids[i] != ',') {
+        item += prompt_ids[i];
+        continue;
+      }
+      char* end = nullptr;
+      const long v = item.empty() ? -1 : std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 0 || v >= o.vocab)
+        throw OptionError("--prompt-ids '" + prompt_ids + "' has '" + item +
+                          "'; expected comma-separated token ids in [0, --vocab " +
+                          std::to_string(o.vocab) + ")");
+      o.prompt.push_back(std::int32_t(v));
+      item.clear();
+    }
+  } else {
+    o.prompt = {0};
+  }
+  if (o.prompt.empty())
+    throw OptionError("--prompt ''; expected at least one byte");
   if (o.recipe != "fp32" && o.recipe != "bf16" && o.recipe != "fp16" && o.recipe != "fp8" &&
       o.recipe != "fp8-current" && o.recipe != "fp8-delayed" && o.recipe != "fp8-block")
     throw OptionError("--recipe '" + o.recipe +

@@ -73,6 +73,13 @@ struct TrainOptions {
   bool reshard_after_forward = true;
   /// MiB of logits per chunk of the LM head + loss (FsdpOptions::loss_chunk_bytes; 0: keep all)
   int loss_chunk_mib = 256;
+  // Sampling after training (kshard::generate): --sample N new tokens from
+  // --prompt (bytes as token ids) or --prompt-ids (default: token 0).
+  int sample = 0;
+  std::vector<std::int32_t> prompt;
+  bool prompt_is_text = false;  ///< --prompt: print the continuation as text too
+  double temperature = 0.0;     ///< 0: greedy
+  int top_k = 0;                ///< 0: every token
   bool bench = false;  ///< also print one machine-readable "BENCH {json}" line
   int profile_step = 0;  ///< open a device profiler's window around this step (1-based; 0: none)
 };

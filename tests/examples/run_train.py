@@ -43,6 +43,9 @@ little-endian uint16 token files with Python and replaces these words in every
 --expect-eval N: rank 0 prints N finite "eval_loss <value>" lines;
 --expect-same-eval TOL: every run's eval losses equal the first run's within
 TOL (relative); --allow-steps: error cases may train first (divergence).
+--sample runs: rank 0 prints the generated ids; --expect-sample FRAC: at least
+FRAC of them are the Markov chain's likely successor; --expect-same-samples:
+every run generates the first run's tokens.
 """
 import array
 import random
@@ -80,7 +83,7 @@ def launch(a, args, wrap=True):
     a.last_np = np
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=a.timeout, env=env)
+                           errors="replace", timeout=a.timeout, env=env)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         print(out)
@@ -158,6 +161,7 @@ def check_run(a, argstr):
         raise Failure(f"non-finite eval_loss: {evals}")
     if a.expect_eval is not None and len(evals) != a.expect_eval:
         raise Failure(f"{len(evals)} eval_loss lines, expected {a.expect_eval}")
+    check_sample(a, p, argstr, "--sample" in args)
     if "--eval-only" in args:
         if re.search(r"^step ", p.stdout, re.M):
             raise Failure("--eval-only trained")
@@ -187,6 +191,35 @@ def check_run(a, argstr):
                           f"(uniform {uniform:.3f}, floor {floor:.3f})")
         print(f"OK: loss {first:.4f} -> {last:.4f} (uniform {uniform:.3f}, floor {floor:.3f})")
     return [float(x[2]) for x in steps]
+
+
+def check_sample(a, p, argstr, asked):
+    """--sample N: rank 0 prints the N generated ids, and on the Markov task
+    how many follow the chain; --expect-sample FRAC: at least FRAC of them
+    are the chain's likely successor (a greedy sample of a model that learnt
+    the chain takes it at every step)."""
+    m = re.search(r"^sample: (\d+) tokens after a prompt of \d+ \([^)]*\): (\S+)$", p.stdout, re.M)
+    if not asked:
+        if m:
+            raise Failure("a sample line without --sample")
+        return
+    if not m:
+        raise Failure("no 'sample: N tokens ...' line")
+    ids = [int(x) for x in m.group(2).split(",")]
+    if len(ids) != int(m.group(1)):
+        raise Failure(f"sample line has {len(ids)} ids, says {m.group(1)}")
+    a.samples.append((argstr, ids))
+    if "--prompt " in argstr and not re.search(r"^sample text: .*$", p.stdout, re.M):
+        raise Failure("a text prompt, but no 'sample text:' line")
+    if a.expect_sample is not None:
+        c = re.search(r"^sample: the Markov chain's likely successor (\d+) of (\d+)", p.stdout, re.M)
+        if not c:
+            raise Failure("no Markov agreement line after the sample")
+        likely, n = int(c.group(1)), int(c.group(2))
+        if likely < a.expect_sample * n:
+            raise Failure(f"sample follows the chain's likely successor {likely} of {n} times, "
+                          f"expected at least {a.expect_sample:g} of them")
+        print(f"OK: [{argstr}] sample takes the likely successor {likely} of {n} times")
 
 
 def check_error(a, case, plain=False):
@@ -288,10 +321,15 @@ def main():
                     help="every run's eval losses equal the first run's within TOL (relative)")
     ap.add_argument("--stress", type=int, metavar="N",
                     help="launch the --case runs N times in all on a busy core (see above)")
+    ap.add_argument("--expect-sample", type=float, metavar="FRAC",
+                    help="--sample runs: at least FRAC of the tokens are the Markov chain's "
+                         "likely successor")
+    ap.add_argument("--expect-same-samples", action="store_true",
+                    help="every --sample run generates the first run's tokens")
     ap.add_argument("--allow-steps", action="store_true",
                     help="error cases may print step lines (they fail while training)")
     a = ap.parse_args()
-    a.files, a.evals = {}, []
+    a.files, a.evals, a.samples = {}, [], []
     tmp = None
     if a.token_files:
         tmp = tempfile.mkdtemp(prefix="kshard_run_train_")
@@ -342,6 +380,13 @@ def run_all(a, ap):
                                 f"(relative {diff:.2e}, tolerance {a.expect_same_eval:g})")
             else:
                 print(f"OK: [{args}] eval losses match [{ref_args}] within {diff:.1e} relative")
+    if a.expect_same_samples and len(a.samples) == len(a.run):
+        ref_args, ref = a.samples[0]
+        for args, ids in a.samples[1:]:
+            if ids != ref:
+                failures.append(f"run [{args}] sampled {ids}, [{ref_args}] {ref}")
+            else:
+                print(f"OK: [{args}] samples the same {len(ids)} tokens as [{ref_args}]")
     for i, c in enumerate(a.case):
         try:
             check_error(a, c, plain=i == 0)
