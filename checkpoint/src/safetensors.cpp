@@ -15,6 +15,7 @@
 
 #include "kshard/mesh/agree.hpp"
 #include "file_io.hpp"
+#include "safetensors_layout.hpp"
 #include "kshard/error.hpp"
 #include "kshard/numeric/convert.hpp"
 
@@ -187,8 +188,9 @@ SafetensorsHeader read_safetensors_header(const fs::path& file) {
   return h;
 }
 
-void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
-                        const std::map<std::string, std::string>& metadata) {
+void detail::write_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
+                               const std::map<std::string, std::string>& metadata,
+                               const ExportLayout& layout) {
   const Communicator& world = model.mesh().world();
   const bool root = world.rank() == 0;
   const fs::path tmp = fs::path(file.string() + ".partial");
@@ -204,28 +206,48 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
   meta["kshard.layers"] = kinds;
   for (const auto& [k, v] : metadata) meta[k] = v;
   header["__metadata__"] = meta;
-  std::vector<std::vector<std::int64_t>> offsets(model.num_units());
+  struct Placed {
+    std::size_t entry;
+    ExportPiece piece;
+    std::int64_t offset;
+  };
+  std::vector<std::vector<Placed>> placed(model.num_units());
   std::int64_t data_bytes = 0;
-  for (std::size_t u = 0; u < model.num_units(); ++u) {
-    const ShardedGroup& g = model.group(u);
-    for (std::size_t i = 0; i < g.index().size(); ++i) {
-      const ParamEntry& e = g.index().entry(i);
-      const std::int64_t bytes = e.numel * std::int64_t(dtype_size(dtype));
-      header[tensor_name(g, i)] = {{"dtype", st_name(dtype)},
-                                   {"shape", e.shape},
-                                   {"data_offsets", {data_bytes, data_bytes + bytes}}};
-      offsets[u].push_back(data_bytes);
-      data_bytes += bytes;
-    }
-  }
-  std::string text = header.dump();
-  text.append((8 - (8 + text.size()) % 8) % 8, ' ');
-  const std::int64_t data_start = std::int64_t(8 + text.size());
-
   std::optional<detail::File> out;
   run_agreed(world, [&] {
     if (dtype != DType::f32 && dtype != DType::bf16)
       throw Error(std::string("export_safetensors in ") + dtype_name(dtype), "DType::f32 or DType::bf16");
+    for (std::size_t u = 0; u < model.num_units(); ++u) {
+      const ShardedGroup& g = model.group(u);
+      for (std::size_t i = 0; i < g.index().size(); ++i) {
+        const ParamEntry& e = g.index().entry(i);
+        for (ExportPiece& p : layout(u, e)) {
+          const std::int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+          const std::int64_t cols = rows ? e.numel / rows : 0;
+          std::int64_t n = 1;
+          for (std::int64_t x : p.shape) n *= x;
+          if (p.row_begin < 0 || p.row_end > rows || p.row_begin > p.row_end ||
+              n != (p.row_end - p.row_begin) * cols || header.contains(p.name))
+            throw Error("export layout: tensor '" + p.name + "' " + shape_text(p.shape) +
+                            " from rows [" + std::to_string(p.row_begin) + ", " +
+                            std::to_string(p.row_end) + ") of " + tensor_name(g, i) + " " +
+                            shape_text(e.shape),
+                        "a row range inside the tensor, as many elements as the shape, a new name");
+          const std::int64_t bytes = n * std::int64_t(dtype_size(dtype));
+          header[p.name] = {{"dtype", st_name(dtype)},
+                            {"shape", p.shape},
+                            {"data_offsets", {data_bytes, data_bytes + bytes}}};
+          placed[u].push_back({i, std::move(p), data_bytes});
+          data_bytes += bytes;
+        }
+      }
+    }
+  });
+  std::string text = header.dump();
+  text.append((8 - (8 + text.size()) % 8) % 8, ' ');
+  const std::int64_t data_start = std::int64_t(8 + text.size());
+
+  run_agreed(world, [&] {
     if (root) {
       out.emplace(detail::File::create(tmp));
       unsigned char len[8];
@@ -249,15 +271,26 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
   // is kept until every unit's all-gather is done (the others are in them).
   std::optional<Error> err;
   std::vector<char> bytes;
+  std::vector<float> t;
   for (std::size_t u = 0; u < model.num_units(); ++u) {
     const ShardedGroup& g = model.group(u);
     const std::vector<float> full = g.gather_master();
     if (!root || err) continue;
     err = run_local([&] {
-      for (std::size_t i = 0; i < g.index().size(); ++i) {
-        const ParamEntry& e = g.index().entry(i);
-        encode(full.data() + e.offset, e.numel, dtype, bytes);
-        out->pwrite_all(bytes.data(), bytes.size(), data_start + offsets[u][i]);
+      for (const Placed& pl : placed[u]) {
+        const ParamEntry& e = g.index().entry(pl.entry);
+        const std::int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+        const std::int64_t cols = rows ? e.numel / rows : 0;
+        const std::int64_t r0 = pl.piece.row_begin, nr = pl.piece.row_end - r0;
+        const float* src = full.data() + e.offset + r0 * cols;
+        if (pl.piece.transpose) {
+          t.resize(std::size_t(nr * cols));
+          for (std::int64_t r = 0; r < nr; ++r)
+            for (std::int64_t c = 0; c < cols; ++c) t[std::size_t(c * nr + r)] = src[r * cols + c];
+          src = t.data();
+        }
+        encode(src, nr * cols, dtype, bytes);
+        out->pwrite_all(bytes.data(), bytes.size(), data_start + pl.offset);
       }
     });
   }
@@ -269,6 +302,17 @@ void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
     fs::rename(tmp, file);
     detail::fsync_directory(fs::absolute(file).parent_path());
   }));
+}
+
+void export_safetensors(FsdpModel& model, const fs::path& file, DType dtype,
+                        const std::map<std::string, std::string>& metadata) {
+  // kshard's own names and shapes, every tensor whole.
+  detail::write_safetensors(model, file, dtype, metadata,
+                            [&](std::size_t u, const ParamEntry& e) {
+                              const std::int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+                              return std::vector<detail::ExportPiece>{
+                                  {model.group(u).name() + "." + e.name, e.shape, 0, rows, false}};
+                            });
 }
 
 void import_safetensors(FsdpModel& model, const fs::path& file) {

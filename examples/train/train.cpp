@@ -45,6 +45,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kshard/checkpoint/checkpoint.hpp"
+#include "kshard/checkpoint/hf_export.hpp"
 #include "kshard/checkpoint/safetensors.hpp"
 #include "kshard/engine/nn/attention.hpp"
 #include "kshard/engine/nn/embedding.hpp"
@@ -567,6 +568,29 @@ int run(kshard::Session& session, int argc, char** argv) {
                   o.export_path.c_str(), (long long)trainer.step_count(), o.export_dtype.c_str(),
                   (unsigned long long)(ec ? 0 : bytes),
                   std::chrono::duration<double>(Clock::now() - t0).count());
+      std::fflush(stdout);
+    }
+  }
+
+  if (!o.export_hf.empty()) {
+    kshard::HfConfig c;
+    c.model_type = o.arch;
+    c.vocab = o.vocab;
+    c.hidden = o.width;
+    c.layers = o.layers;
+    c.heads = o.heads;
+    c.kv_heads = o.arch == "llama" ? (o.kv_heads ? o.kv_heads : o.heads) : 0;
+    c.intermediate = ffn_hidden(o);
+    c.max_positions = o.seq;
+    c.rope_theta = o.rope_theta;
+    c.norm_eps = o.norm_eps;
+    c.tie_word_embeddings = o.tie_embeddings;
+    kshard::export_hf(trainer.model(), c, o.export_hf,
+                      o.export_dtype == "bf16" ? kshard::DType::bf16 : kshard::DType::f32);
+    if (root) {
+      std::printf("exported %s (Hugging Face %s) step %lld dtype %s\n", o.export_hf.c_str(),
+                  o.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+                  (long long)trainer.step_count(), o.export_dtype.c_str());
       std::fflush(stdout);
     }
   }

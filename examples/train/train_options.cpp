@@ -201,6 +201,10 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "directory or a .safetensors file")
     ("export", po::value<std::string>(&o.export_path),
      "after the last step, write the model as one safetensors file FILE")
+    ("export-hf", po::value<std::string>(&o.export_hf),
+     "export the final model in Hugging Face's format into DIR (config.json + "
+     "model.safetensors: LlamaForCausalLM for --arch llama, GPT2LMHeadModel for --arch gpt2 "
+     "with --tie-embeddings)")
     ("export-dtype", po::value<std::string>(&o.export_dtype)->default_value(o.export_dtype),
      "dtype of --export: f32 or bf16")
     ("seed", po::value<std::string>(&seed)->default_value(seed), "seed of the parameters and the data")
@@ -327,8 +331,16 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     throw OptionError("--export ''; expected a file name");
   if (o.export_dtype != "f32" && o.export_dtype != "bf16")
     throw OptionError("--export-dtype '" + o.export_dtype + "' is unknown; expected f32 or bf16");
-  if (o.export_path.empty() && !vm["export-dtype"].defaulted())
-    throw OptionError("--export-dtype without --export; expected --export FILE");
+  if (o.export_path.empty() && o.export_hf.empty() && !vm["export-dtype"].defaulted())
+    throw OptionError("--export-dtype without --export; expected --export FILE or --export-hf DIR");
+  if (vm.count("export-hf") && o.export_hf.empty())
+    throw OptionError("--export-hf ''; expected a directory");
+  if (!o.export_hf.empty() && o.arch == "gpt2" && !o.tie_embeddings)
+    throw OptionError("--export-hf with --arch gpt2 but no --tie-embeddings; expected "
+                      "--tie-embeddings (GPT2LMHeadModel's head is the token table)");
+  if (o.eval_only && !o.export_hf.empty())
+    throw OptionError("--export-hf with --eval-only; expected --eval-only alone (it trains "
+                      "nothing, so it exports nothing)");
   if (o.eval_only && (!o.save_dir.empty() || !o.export_path.empty()))
     throw OptionError(std::string(o.save_dir.empty() ? "--export" : "--save-dir") +
                       " with --eval-only; expected --eval-only alone (it trains nothing, so it "

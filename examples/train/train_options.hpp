@@ -68,7 +68,8 @@ struct TrainOptions {
   std::string resume;         ///< a step-N checkpoint, or a save dir (its newest checkpoint)
   std::string init_from;      ///< weights only: a step-N directory or a .safetensors file
   std::string export_path;    ///< export the final model as safetensors (empty: no)
-  std::string export_dtype = "f32";  ///< f32 | bf16
+  std::string export_hf;      ///< export in Hugging Face's format into this directory (empty: no)
+  std::string export_dtype = "f32";  ///< f32 | bf16 (--export and --export-hf)
   std::uint64_t seed = 1234;
   bool reshard_after_forward = true;
   /// MiB of logits per chunk of the LM head + loss (FsdpOptions::loss_chunk_bytes; 0: keep all)

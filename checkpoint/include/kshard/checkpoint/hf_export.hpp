@@ -1,0 +1,52 @@
+#pragma once
+// export_hf: a trained model in Hugging Face's format, a directory with
+// config.json and model.safetensors that `transformers` loads as
+// LlamaForCausalLM (model_type "llama") or GPT2LMHeadModel ("gpt2").
+//
+//   kshard::HfConfig c;
+//   c.model_type = "llama";
+//   c.vocab = 32000; c.hidden = 2048; c.layers = 8; c.heads = 16; c.kv_heads = 4;
+//   c.intermediate = 5632; c.max_positions = 1024; c.rope_theta = 10000; c.norm_eps = 1e-5;
+//   c.tie_word_embeddings = false;
+//   kshard::export_hf(model, c, "out/my-llama");          // collective
+//
+// The model must be the shape the config names, unit by unit:
+//  - llama: Embedding(vocab, hidden) without positions, `layers` LlamaLayers,
+//    RMSNorm, Linear(hidden, vocab) without bias (its weight tied to the
+//    embedding when tie_word_embeddings);
+//  - gpt2: Embedding(vocab, hidden, max_positions), `layers` TransformerLayers,
+//    LayerNorm, a tied Linear head without bias (GPT2LMHeadModel's head is the
+//    token table).
+// Names and layouts (docs/CHECKPOINTS.md): kshard's fused [q | k | v] and
+// [gate | up] weights are split into q/k/v_proj and gate/up_proj (contiguous
+// rows); GPT-2's Conv1D weights are written [in, out] (transposed). Rotary
+// embeddings are already in Hugging Face's rotate-half layout, so q and k
+// need no permutation. One file (no sharded index: kshard writes one
+// safetensors file per export). Anything else, or a unit whose parameters
+// are not the expected ones, is a kshard::Error on every rank before anything
+// is written; the files appear atomically (written as ".partial", renamed).
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "kshard/dtype.hpp"
+#include "kshard/engine/fsdp/fsdp_model.hpp"
+
+namespace kshard {
+
+struct HfConfig {
+  std::string model_type = "llama";  ///< llama | gpt2
+  std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0;
+  std::int64_t kv_heads = 0;       ///< llama: key/value heads (0: heads)
+  std::int64_t intermediate = 0;   ///< MLP hidden width
+  std::int64_t max_positions = 0;  ///< the training sequence length (gpt2: the position table's rows)
+  double rope_theta = 10000.0;     ///< llama
+  double norm_eps = 1e-5;          ///< rms_norm_eps / layer_norm_epsilon
+  bool tie_word_embeddings = false;
+};
+
+/// Writes dir/config.json and dir/model.safetensors (dtype: f32 or bf16).
+void export_hf(FsdpModel& model, const HfConfig& config, const std::filesystem::path& dir,
+               DType dtype = DType::f32);
+
+}  // namespace kshard

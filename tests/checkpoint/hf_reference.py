@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Hugging Face's forward pass, in numpy, from an exported directory alone.
+
+  hf_reference.py check DIR...   # each DIR: config.json, model.safetensors,
+                                 # ids.i32, logits.f32, batch.json (kshard's)
+  hf_reference.py names DIR...   # config.json + model.safetensors only: the
+                                 # architecture and every tensor transformers loads
+
+Reads config.json and model.safetensors the way transformers does (names,
+shapes and layouts of LlamaForCausalLM and GPT2LMHeadModel) and runs the
+model as transformers' modeling_llama.py / modeling_gpt2.py define it, in
+float64: Llama = embed_tokens, per layer x + o_proj(attn(input_layernorm(x)))
+then x + down_proj(silu(gate_proj(h)) * up_proj(h)) with h =
+post_attention_layernorm(x), RMSNorm x * rsqrt(mean(x^2) + eps) * w, rotary
+embeddings in the rotate-half form (inv_freq = theta^(-2i/head_dim), cos/sin
+of position x inv_freq repeated over both halves), grouped-query attention by
+repeating each k/v head for its group (repeat_kv), causal softmax(q k^T /
+sqrt(head_dim)) v, final norm, lm_head (embed_tokens when tied). GPT-2 =
+wte + wpe, per layer x + c_proj(attn(c_attn(ln_1(x)))) then x +
+mlp.c_proj(gelu_new(mlp.c_fc(ln_2(x)))) with Conv1D (x @ W + b, W [in, out]),
+ln_f, logits against wte. Nothing of kshard's code is used.
+
+The logits must match kshard's (computed in f32) to 1e-4 relative to the
+largest logit; measured on the host: ~1e-6.
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+from safetensors.numpy import load_file
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def causal_attention(q, k, v):
+    """q, k, v: [heads, T, hd] -> [T, heads * hd]."""
+    h, t, hd = q.shape
+    s = q @ k.transpose(0, 2, 1) / math.sqrt(hd)
+    s = s + np.triu(np.full((t, t), -np.inf), 1)
+    s = s - s.max(axis=-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(axis=-1, keepdims=True)
+    return (p @ v).transpose(1, 0, 2).reshape(t, h * hd)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def llama_forward(cfg, w, ids):
+    d = cfg["hidden_size"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", d // nh)
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    t = len(ids)
+    x = w["model.embed_tokens.weight"][ids]
+    inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    freqs = np.outer(np.arange(t, dtype=np.float64), inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb), np.sin(emb)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, nh, hd).transpose(1, 0, 2)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, nkv, hd).transpose(1, 0, 2)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, nkv, hd).transpose(1, 0, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = np.repeat(k, nh // nkv, axis=0)  # repeat_kv: kv head j serves heads j*g .. j*g+g-1
+        v = np.repeat(v, nh // nkv, axis=0)
+        x = x + causal_attention(q, k, v) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        g = h @ w[p + "mlp.gate_proj.weight"].T
+        u = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1.0 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    return x @ head.T
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gpt2_forward(cfg, w, ids):
+    d, nh, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
+    hd = d // nh
+    t = len(ids)
+    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][np.arange(t)]
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
+        qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
+        q, k, v = (a.reshape(t, nh, hd).transpose(1, 0, 2) for a in np.split(qkv, 3, axis=-1))
+        x = x + causal_attention(q, k, v) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
+        m = gelu_new(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+        x = x + m @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+    x = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
+    return x @ w["transformer.wte.weight"].T
+
+
+def expected_names(cfg):
+    """Every tensor transformers' model loads (and nothing else)."""
+    if cfg["model_type"] == "llama":
+        names = {"model.embed_tokens.weight", "model.norm.weight"}
+        if not cfg["tie_word_embeddings"]:
+            names.add("lm_head.weight")
+        for i in range(cfg["num_hidden_layers"]):
+            for n in ("input_layernorm", "post_attention_layernorm"):
+                names.add(f"model.layers.{i}.{n}.weight")
+            for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                names.add(f"model.layers.{i}.self_attn.{n}.weight")
+            for n in ("gate_proj", "up_proj", "down_proj"):
+                names.add(f"model.layers.{i}.mlp.{n}.weight")
+        return names
+    names = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
+             "transformer.ln_f.bias"}
+    for i in range(cfg["n_layer"]):
+        for n in ("ln_1", "ln_2", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+            names |= {f"transformer.h.{i}.{n}.weight", f"transformer.h.{i}.{n}.bias"}
+    return names
+
+
+def header(d):
+    """The safetensors header (name -> dtype, shape, offsets), read as the
+    format defines it: numpy has no bfloat16 to load a bf16 file with."""
+    with open(os.path.join(d, "model.safetensors"), "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return h
+
+
+def names_only(d):
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    arch = {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}.get(cfg.get("model_type"))
+    if arch is None or cfg.get("architectures") != [arch]:
+        fail(f"{d}: model_type {cfg.get('model_type')} / architectures {cfg.get('architectures')}")
+    h = header(d)
+    names = expected_names(cfg)
+    if set(h) != names:
+        fail(f"{d}: tensors {sorted(set(h) ^ names)} are missing or extra")
+    want = {"float32": "F32", "bfloat16": "BF16"}[cfg["torch_dtype"]]
+    if {t["dtype"] for t in h.values()} != {want}:
+        fail(f"{d}: tensor dtypes {sorted({t['dtype'] for t in h.values()})}, config says {want}")
+    return cfg, h
+
+
+def load(d):
+    """config.json and the tensors (float64) of an exported f32 directory,
+    checked for the architecture and the exact set of names transformers loads."""
+    cfg, _ = names_only(d)
+    w = {k: v.astype(np.float64) for k, v in load_file(os.path.join(d, "model.safetensors")).items()}
+    return cfg, w
+
+
+def check(d):
+    cfg, w = load(d)
+    b = json.load(open(os.path.join(d, "batch.json")))
+    ids = np.fromfile(os.path.join(d, "ids.i32"), dtype="<i4").reshape(b["batch"], b["seq"])
+    got = np.fromfile(os.path.join(d, "logits.f32"), dtype="<f4").astype(np.float64)
+    forward = llama_forward if cfg["model_type"] == "llama" else gpt2_forward
+    want = np.concatenate([forward(cfg, w, row) for row in ids]).reshape(-1)
+    if got.shape != want.shape:
+        fail(f"{d}: {got.size} logits from kshard, {want.size} from the reference")
+    err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+    print(f"{d}: {cfg['model_type']} ({len(w)} tensors), kshard vs Hugging Face's forward: "
+          f"max |diff| / max |logit| = {err:.2e}", flush=True)
+    if not err <= 1e-4:
+        fail(f"{d}: logits differ by {err:.2e} (tolerance 1e-4)")
+
+
+def main():
+    if len(sys.argv) < 3 or sys.argv[1] not in ("check", "names"):
+        fail("usage: hf_reference.py check|names DIR...")
+    for d in sys.argv[2:]:
+        if sys.argv[1] == "check":
+            check(d)
+        else:
+            cfg, h = names_only(d)
+            print(f"{d}: {cfg['architectures'][0]}, {len(h)} {cfg['torch_dtype']} tensors as "
+                  f"transformers names them")
+    print("OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()

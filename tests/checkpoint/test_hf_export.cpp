@@ -1,0 +1,184 @@
+// Hugging Face export (kshard::export_hf). export_hf_for_python is the C++
+// stage of checkpoint_hf_export -> checkpoint_hf_python_check: it trains two
+// steps of a small Llama model (untied, and tied with grouped-query
+// attention) and of a GPT-2 model (tied), exports each as config.json +
+// model.safetensors, and writes next to them the token ids of a batch and
+// kshard's logits for them (raw little-endian). hf_reference.py then runs
+// Hugging Face's forward from the exported files alone, written in numpy
+// after transformers' modeling_llama / modeling_gpt2, and compares.
+// bad_hf_exports runs on every launch: a config that disagrees with the
+// model is an error on every rank and writes nothing.
+#include <kshard/testing/harness.hpp>
+
+#include <fstream>
+
+#include <kshard/checkpoint/hf_export.hpp>
+#include <kshard/engine/nn/embedding.hpp>
+#include <kshard/engine/nn/layer_norm.hpp>
+#include <kshard/engine/nn/linear.hpp>
+#include <kshard/engine/nn/llama_layer.hpp>
+#include <kshard/engine/nn/rms_norm.hpp>
+#include <kshard/engine/nn/transformer_layer.hpp>
+#include <kshard/optim/fused_adam.hpp>
+
+#include "ckpt_test_util.hpp"
+
+namespace kt = kshard::testing;
+using namespace ckpt_test;
+
+namespace {
+
+constexpr std::int64_t kV = 61, kD = 32, kL = 2, kH = 4, kFfn = 48, kSeq = 12, kBatch = 2;
+
+struct Built {
+  std::unique_ptr<kshard::FsdpModel> model;
+  kshard::HfConfig config;
+};
+
+Built build(const kshard::DeviceMesh& mesh, const std::string& type, std::int64_t kv, bool tie) {
+  using kshard::layer;
+  kshard::HfConfig c;
+  c.model_type = type;
+  c.vocab = kV;
+  c.hidden = kD;
+  c.layers = kL;
+  c.heads = kH;
+  c.kv_heads = kv;
+  c.intermediate = kFfn;
+  c.max_positions = kSeq;
+  c.rope_theta = 500.0;  // not the default: the reader must take it from config.json
+  c.norm_eps = 1e-5;
+  c.tie_word_embeddings = tie;
+  std::vector<kshard::LayerDef> defs;
+  if (type == "llama") {
+    kshard::LlamaBlockConfig b;
+    b.d_model = kD;
+    b.heads = kH;
+    b.kv_heads = kv;
+    b.ffn = kFfn;
+    b.rope_theta = c.rope_theta;
+    b.norm_eps = c.norm_eps;
+    defs.push_back(layer<kshard::Embedding>(kV, kD));
+    for (std::int64_t l = 0; l < kL; ++l) defs.push_back(layer<kshard::LlamaLayer>(b));
+    defs.push_back(layer<kshard::RMSNorm>(kD, c.norm_eps));
+  } else {
+    defs.push_back(layer<kshard::Embedding>(kV, kD, kSeq));
+    for (std::int64_t l = 0; l < kL; ++l)
+      defs.push_back(layer<kshard::TransformerLayer>(kD, kH, kFfn, c.norm_eps));
+    defs.push_back(layer<kshard::LayerNorm>(kD, c.norm_eps));
+  }
+  defs.push_back(layer<kshard::Linear>(kD, kV, false));
+  kshard::FsdpOptions o;
+  o.tie_word_embeddings = tie;
+  Built b{std::make_unique<kshard::FsdpModel>(mesh, defs, kshard::Recipe::parse("fp32"), o), c};
+  b.model->init_parameters(7);
+  return b;
+}
+
+std::vector<std::int32_t> batch_ids() {
+  std::vector<std::int32_t> ids;
+  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) ids.push_back(std::int32_t((i * 37 + 11) % kV));
+  return ids;
+}
+
+Kokkos::View<std::int32_t*> to_device(const std::vector<std::int32_t>& v) {
+  Kokkos::View<std::int32_t*> d("ids", v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+// Two AdamW steps on next-token targets, so the exported weights are trained
+// ones (not only the initialisation's laws).
+void train_two_steps(kshard::FsdpModel& m) {
+  kshard::AdamOptions ao;
+  ao.lr = 1e-2f;
+  kshard::FusedAdam adam(ao, m.mesh().shard_comm(), m.mesh().world());
+  for (std::size_t i = 0; i < m.num_units(); ++i) adam.add_group(m.group(i));
+  std::vector<std::int32_t> ids = batch_ids(), next(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];
+  for (int s = 0; s < 2; ++s) {
+    m.zero_grad();
+    m.forward_backward_ce(to_device(ids), {kBatch, kSeq, 1}, to_device(next));
+    adam.step(1.f);
+    m.finish_optimizer_step();
+  }
+}
+
+}  // namespace
+
+KSHARD_TEST_SUITE(hf_export)
+
+BOOST_AUTO_TEST_CASE(export_hf_for_python) {
+  KSHARD_SKIP_IF(env("KSHARD_HF_STAGE") != "export", "run by checkpoint_hf_export");
+  const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
+  const fs::path dir = root() / "hf";
+  fresh_dir(dir, kt::world());
+  struct Case {
+    const char* name;
+    const char* type;
+    std::int64_t kv;
+    bool tie;
+  };
+  for (const Case& cs : {Case{"llama", "llama", 0, false}, Case{"llama_gqa_tied", "llama", 2, true},
+                         Case{"gpt2", "gpt2", 0, true}}) {
+    Built b = build(mesh, cs.type, cs.kv, cs.tie);
+    train_two_steps(*b.model);
+    kshard::export_hf(*b.model, b.config, dir / cs.name);
+    const std::vector<std::int32_t> ids = batch_ids();
+    auto logits = Kokkos::create_mirror_view_and_copy(
+        Kokkos::HostSpace(), b.model->forward(to_device(ids), {kBatch, kSeq, 1}));
+    KSHARD_CHECK_ALL(fs::exists(dir / cs.name / "config.json") &&
+                     fs::exists(dir / cs.name / "model.safetensors") &&
+                     !fs::exists(dir / cs.name / "model.safetensors.partial"));
+    if (kt::world_rank() == 0) {
+      std::ofstream(dir / cs.name / "ids.i32", std::ios::binary)
+          .write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 4));
+      std::ofstream(dir / cs.name / "logits.f32", std::ios::binary)
+          .write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.extent(0) * 4));
+      std::ofstream(dir / cs.name / "batch.json") << "{\"batch\": " << kBatch << ", \"seq\": " << kSeq
+                                                  << "}\n";
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_hf_exports) {
+  const auto mesh = make_mesh(kt::world(), launch_mesh(kt::world_size()));
+  const fs::path dir = root() / ("hf-bad-" + std::to_string(kt::world_size()));
+  fresh_dir(dir, kt::world());
+  const auto error_of = [&](kshard::FsdpModel& m, const kshard::HfConfig& c) {
+    try {
+      kshard::export_hf(m, c, dir / "out");
+    } catch (const kshard::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  Built llama = build(mesh, "llama", 2, false);
+  kshard::HfConfig c = llama.config;
+  c.layers = 3;
+  std::string e = error_of(*llama.model, c);
+  KSHARD_CHECK_ALL_MSG(e.find("units Embedding,LlamaLayer,LlamaLayer,LlamaLayer,RMSNorm,Linear") !=
+                           std::string::npos, e);
+  c = llama.config;
+  c.tie_word_embeddings = true;
+  e = error_of(*llama.model, c);
+  KSHARD_CHECK_ALL_MSG(e.find("tie_word_embeddings true in the config") != std::string::npos, e);
+  c = llama.config;
+  c.kv_heads = 4;  // the model has 2: its qkv weight has other rows
+  e = error_of(*llama.model, c);
+  KSHARD_CHECK_ALL_MSG(e.find("attn.qkv.weight is [64, 32]") != std::string::npos, e);
+  c = llama.config;
+  c.model_type = "gpt2";
+  e = error_of(*llama.model, c);
+  KSHARD_CHECK_ALL_MSG(e.find("tie_word_embeddings (GPT2LMHeadModel") != std::string::npos, e);
+  c = llama.config;
+  c.model_type = "bert";
+  e = error_of(*llama.model, c);
+  KSHARD_CHECK_ALL_MSG(e.find("llama or gpt2") != std::string::npos, e);
+  KSHARD_CHECK_ALL(!fs::exists(dir / "out" / "model.safetensors") &&
+                   !fs::exists(dir / "out" / "config.json"));
+}
+
+KSHARD_TEST_SUITE_END()
