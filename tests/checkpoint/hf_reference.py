@@ -21,7 +21,8 @@ mlp.c_proj(gelu_new(mlp.c_fc(ln_2(x)))) with Conv1D (x @ W + b, W [in, out]),
 ln_f, logits against wte. Nothing of kshard's code is used.
 
 The logits must match kshard's (computed in f32) to 1e-4 relative to the
-largest logit; measured on the host: ~1e-6.
+largest logit (measured on the host: 2-3e-7), and kshard::generate's greedy
+continuation (greedy.i32) must be this forward's argmax loop token for token.
 """
 import json
 import math
@@ -185,6 +186,16 @@ def check(d):
           f"max |diff| / max |logit| = {err:.2e}", flush=True)
     if not err <= 1e-4:
         fail(f"{d}: logits differ by {err:.2e} (tolerance 1e-4)")
+    # kshard::generate's greedy continuation = the argmax loop of this forward.
+    greedy = os.path.join(d, "greedy.i32")
+    if os.path.exists(greedy):
+        kshard_gen = np.fromfile(greedy, dtype="<i4").tolist()
+        seq = ids[0, : b["prompt"]].tolist()
+        for _ in kshard_gen:
+            seq.append(int(np.argmax(forward(cfg, w, np.array(seq))[-1])))
+        if seq[b["prompt"]:] != kshard_gen:
+            fail(f"{d}: greedy continuation {seq[b['prompt']:]} here, {kshard_gen} from kshard")
+        print(f"{d}: greedy continuation of {b['prompt']} tokens equal: {kshard_gen}", flush=True)
 
 
 def main():

@@ -20,6 +20,7 @@
 #include <kshard/engine/nn/rms_norm.hpp>
 #include <kshard/engine/nn/transformer_layer.hpp>
 #include <kshard/optim/fused_adam.hpp>
+#include <kshard/train/generate.hpp>
 
 #include "ckpt_test_util.hpp"
 
@@ -129,6 +130,14 @@ BOOST_AUTO_TEST_CASE(export_hf_for_python) {
     const std::vector<std::int32_t> ids = batch_ids();
     auto logits = Kokkos::create_mirror_view_and_copy(
         Kokkos::HostSpace(), b.model->forward(to_device(ids), {kBatch, kSeq, 1}));
+    // kshard's greedy continuation of the first 3 ids (3 + 8 <= max_positions):
+    // what transformers' generate() must reproduce token for token (run
+    // where transformers is installed: tests/checkpoint/hf_transformers_check.py).
+    kshard::GenerateOptions g;
+    g.new_tokens = 8;
+    g.context = kSeq;
+    const std::vector<std::int32_t> gen =
+        kshard::generate(*b.model, kt::world(), {ids.begin(), ids.begin() + 3}, g);
     KSHARD_CHECK_ALL(fs::exists(dir / cs.name / "config.json") &&
                      fs::exists(dir / cs.name / "model.safetensors") &&
                      !fs::exists(dir / cs.name / "model.safetensors.partial"));
@@ -138,7 +147,9 @@ BOOST_AUTO_TEST_CASE(export_hf_for_python) {
       std::ofstream(dir / cs.name / "logits.f32", std::ios::binary)
           .write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.extent(0) * 4));
       std::ofstream(dir / cs.name / "batch.json") << "{\"batch\": " << kBatch << ", \"seq\": " << kSeq
-                                                  << "}\n";
+                                                  << ", \"prompt\": 3}\n";
+      std::ofstream(dir / cs.name / "greedy.i32", std::ios::binary)
+          .write(reinterpret_cast<const char*>(gen.data()), std::streamsize(gen.size() * 4));
     }
   }
 }
