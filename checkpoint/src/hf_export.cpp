@@ -2,12 +2,10 @@
 
 #include <fstream>
 #include <map>
-#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "file_io.hpp"
 #include "kshard/error.hpp"
 #include "kshard/mesh/agree.hpp"
 #include "safetensors_layout.hpp"
@@ -76,13 +74,9 @@ std::vector<ExportPiece> hf_pieces(const HfConfig& c, std::size_t unit, const Pa
     return std::vector<ExportPiece>{{std::move(name), {e.shape.at(1), e.shape.at(0)}, 0, rows, true}};
   };
   const auto expect_shape = [&](std::vector<std::int64_t> s) {
-    if (e.shape != s) {
-      std::string a, b;
-      for (auto x : e.shape) a += (a.empty() ? "" : ", ") + std::to_string(x);
-      for (auto x : s) b += (b.empty() ? "" : ", ") + std::to_string(x);
-      bad("unit " + std::to_string(unit) + "'s " + e.name + " is [" + a + "]",
-          "[" + b + "] for the config (" + c.model_type + ")");
-    }
+    if (e.shape != s)
+      bad("unit " + std::to_string(unit) + "'s " + e.name + " is " + shape_text(e.shape),
+          shape_text(s) + " for the config (" + c.model_type + ")");
   };
   if (unit == 0) {
     if (e.name == "weight") {

@@ -32,12 +32,6 @@ using nlohmann::json;
 namespace detail {
 namespace {
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string t = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 std::string hex(std::uint32_t v) {
   char b[16];
   std::snprintf(b, sizeof b, "0x%08x", v);

@@ -45,12 +45,6 @@ std::optional<DType> st_dtype(const std::string& s) {
   return std::nullopt;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string t = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 std::string tensor_name(const ShardedGroup& g, std::size_t i) {
   return g.name() + "." + g.index().entry(i).name;
 }

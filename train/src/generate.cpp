@@ -67,16 +67,21 @@ std::vector<std::int32_t> generate(FsdpModel& model, const Communicator& world,
   std::vector<std::int32_t> seq = prompt, out;
   std::mt19937_64 rng(o.seed);
   std::vector<float> last;
+  // The window (the last `context` tokens) in ONE device buffer, sized for the
+  // longest window once: no allocation per generated token.
+  const auto window = [&](std::size_t len) {
+    return o.context > 0 ? std::min<std::int64_t>(o.context, std::int64_t(len)) : std::int64_t(len);
+  };
+  const Kokkos::View<std::int32_t*> ids_buf(
+      Kokkos::view_alloc("kshard.generate.ids", Kokkos::WithoutInitializing),
+      std::size_t(window(prompt.size() + std::size_t(o.new_tokens))));
+  const auto ids_h = Kokkos::create_mirror_view(ids_buf);
   for (int step = 0; step < o.new_tokens; ++step) {
-    const std::int64_t n =
-        o.context > 0 ? std::min<std::int64_t>(o.context, std::int64_t(seq.size()))
-                      : std::int64_t(seq.size());
-    Kokkos::View<std::int32_t*> ids(Kokkos::view_alloc("kshard.generate.ids",
-                                                       Kokkos::WithoutInitializing),
-                                    std::size_t(n));
-    auto ids_h = Kokkos::create_mirror_view(ids);
-    std::copy(seq.end() - n, seq.end(), ids_h.data());
-    Kokkos::deep_copy(ids, ids_h);
+    const std::int64_t n = window(seq.size());
+    const auto ids = Kokkos::subview(ids_buf, std::make_pair(std::int64_t(0), n));
+    const auto ids_hn = Kokkos::subview(ids_h, std::make_pair(std::int64_t(0), n));
+    std::copy(seq.end() - n, seq.end(), ids_hn.data());
+    Kokkos::deep_copy(ids, ids_hn);
     // Only the chunk that holds the last row is read, and only that row.
     model.forward_chunks(ids, ActShape{1, n, 1},
                          [&](std::int64_t first, std::int64_t rows, Kokkos::View<const float*> c) {

@@ -27,12 +27,6 @@ Kokkos::View<T*> window(Kokkos::View<T*>& buf, std::int64_t n, const char* label
   return Kokkos::subview(buf, std::make_pair(std::int64_t(0), n));
 }
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 // What the model reads: f32 features or int32 token ids.
@@ -368,8 +362,8 @@ FsdpCoreBase::Tie word_embedding_tie(const FsdpCoreBase& core) {
   if (hw == head.specs.size() || head.specs[hw].shape != first.specs[fw].shape)
     throw Error("tie_word_embeddings: the last layer (" + head.kind + ") has " +
                     (hw == head.specs.size() ? std::string("no \"weight\"")
-                                             : "a weight of shape " + shape_string(head.specs[hw].shape)) +
-                    ", the embedding's is " + shape_string(first.specs[fw].shape),
+                                             : "a weight of shape " + shape_text(head.specs[hw].shape)) +
+                    ", the embedding's is " + shape_text(first.specs[fw].shape),
                 "a last layer whose \"weight\" has the embedding's shape [vocab, d] (a Linear(d, vocab))");
   return {last, hw, 0, fw};
 }

@@ -10,13 +10,11 @@
 
 namespace kshard {
 
-namespace {
-std::string shape_str(const std::vector<std::int64_t>& s) {
+std::string shape_text(const std::vector<std::int64_t>& s) {
   std::string r = "[";
   for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + "]";
 }
-}  // namespace
 
 std::int64_t ParamSpec::numel() const {
   std::int64_t n = 1;
@@ -94,7 +92,7 @@ void check_params(const Layer<T>& layer, const std::string& who, const char* wha
     if (static_cast<std::int64_t>(views[i].extent(0)) != specs[i].numel())
       throw Error(who + ": " + what + " '" + specs[i].name + "' has " +
                       std::to_string(views[i].extent(0)) + " elements",
-                  std::to_string(specs[i].numel()) + " (shape " + shape_str(specs[i].shape) +
+                  std::to_string(specs[i].numel()) + " (shape " + shape_text(specs[i].shape) +
                       ")");
 }
 }  // namespace

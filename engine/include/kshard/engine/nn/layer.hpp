@@ -72,6 +72,9 @@ struct ParamSpec {
   std::int64_t numel() const;
 };
 
+/// "[out, in]": a shape as messages write it.
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
 struct ActShape {
   std::int64_t batch = 0, seq = 0, features = 0;
   std::int64_t rows() const { return batch * seq; }
