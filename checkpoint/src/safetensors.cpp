@@ -33,11 +33,7 @@ constexpr StDType kDTypes[] = {{"F32", DType::f32},   {"F64", DType::f64},      
                                {"F16", DType::f16},   {"I32", DType::i32},      {"I64", DType::i64},
                                {"U8", DType::u8},     {"F8_E4M3", DType::e4m3}, {"F8_E5M2", DType::e5m2}};
 
-const char* st_name(DType t) {
-  for (const auto& d : kDTypes)
-    if (d.dtype == t) return d.name;
-  return "?";
-}
+const char* st_name(DType t) { return detail::safetensors_dtype_name(t); }
 
 std::optional<DType> st_dtype(const std::string& s) {
   for (const auto& d : kDTypes)
@@ -72,8 +68,19 @@ void encode(const float* src, std::int64_t n, DType dtype, std::vector<char>& ou
   }
 }
 
-/// Bytes of a file dtype -> f32.
-void decode(const char* src, DType dtype, std::int64_t n, float* dst) {
+[[noreturn]] void st_fail(const std::string& what, const std::string& expected) {
+  throw Error(what, expected);
+}
+
+}  // namespace
+
+const char* detail::safetensors_dtype_name(DType t) {
+  for (const auto& d : kDTypes)
+    if (d.dtype == t) return d.name;
+  return "?";
+}
+
+void detail::decode_to_f32(const char* src, DType dtype, std::int64_t n, float* dst) {
   for (std::int64_t k = 0; k < n; ++k) {
     switch (dtype) {
       case DType::f32: std::memcpy(dst + k, src + 4 * k, 4); break;
@@ -99,11 +106,16 @@ void decode(const char* src, DType dtype, std::int64_t n, float* dst) {
   }
 }
 
-[[noreturn]] void st_fail(const std::string& what, const std::string& expected) {
-  throw Error(what, expected);
+void detail::set_master_shards(FsdpModel& model, const std::vector<std::vector<float>>& staging) {
+  for (std::size_t u = 0; u < model.num_units(); ++u) {
+    ShardedGroup& g = model.group(u);
+    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> hv(
+        staging[u].data(), staging[u].size());
+    Kokkos::deep_copy(g.master(), hv);
+    g.refresh_low_precision();
+  }
+  Kokkos::fence();
 }
-
-}  // namespace
 
 const SafetensorsTensor* SafetensorsHeader::find(const std::string& name) const {
   for (const auto& t : tensors)
@@ -364,20 +376,13 @@ void import_safetensors(FsdpModel& model, const fs::path& file) {
         for (const auto& pc : idx.pieces_in_shard(i, g.shard_rank())) {
           buf.resize(std::size_t(pc.count * es));
           f.pread_all(buf.data(), buf.size(), h.data_start + t.begin + pc.param_begin * es);
-          decode(buf.data(), t.dtype, pc.count, staging[u].data() + (pc.flat_begin - first));
+          detail::decode_to_f32(buf.data(), t.dtype, pc.count, staging[u].data() + (pc.flat_begin - first));
         }
       }
     }
   });
 
-  for (std::size_t u = 0; u < model.num_units(); ++u) {
-    ShardedGroup& g = model.group(u);
-    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> hv(
-        staging[u].data(), staging[u].size());
-    Kokkos::deep_copy(g.master(), hv);
-    g.refresh_low_precision();
-  }
-  Kokkos::fence();
+  detail::set_master_shards(model, staging);
 }
 
 }  // namespace kshard

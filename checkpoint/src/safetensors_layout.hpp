@@ -2,7 +2,7 @@
 // How a model's tensors are laid out in an exported safetensors file: the
 // one writer behind export_safetensors (kshard's names, as the layers declare
 // them) and export_hf (Hugging Face's names, fused tensors split, GPT-2's
-// Conv1D weights transposed).
+// Conv1D weights transposed), and the pieces both importers share.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -35,5 +35,13 @@ using ExportLayout = std::function<std::vector<ExportPiece>(std::size_t unit, co
 void write_safetensors(FsdpModel& model, const std::filesystem::path& file, DType dtype,
                        const std::map<std::string, std::string>& metadata,
                        const ExportLayout& layout);
+
+/// Bytes of a file dtype (F32, F64, BF16 or F16) -> f32.
+void decode_to_f32(const char* src, DType dtype, std::int64_t n, float* dst);
+/// safetensors' name of a dtype ("F32", "BF16", ...).
+const char* safetensors_dtype_name(DType dtype);
+/// Sets each unit's f32 master shard to staging[unit] (the shard's elements)
+/// and re-derives the low-precision copies. Local (no communication).
+void set_master_shards(FsdpModel& model, const std::vector<std::vector<float>>& staging);
 
 }  // namespace kshard::detail

@@ -46,6 +46,7 @@
 
 #include "kshard/checkpoint/checkpoint.hpp"
 #include "kshard/checkpoint/hf_export.hpp"
+#include "kshard/checkpoint/hf_import.hpp"
 #include "kshard/checkpoint/safetensors.hpp"
 #include "kshard/engine/nn/attention.hpp"
 #include "kshard/engine/nn/embedding.hpp"
@@ -192,24 +193,50 @@ std::string schedule_text(const kshard::LrScheduleConfig& c) {
   return t.str();
 }
 
+/// The Hugging Face config of the model the flags build (--export-hf,
+/// --init-from DIR).
+kshard::HfConfig hf_config(const TrainOptions& o) {
+  kshard::HfConfig c;
+  c.model_type = o.arch;
+  c.vocab = o.vocab;
+  c.hidden = o.width;
+  c.layers = o.layers;
+  c.heads = o.heads;
+  c.kv_heads = o.arch == "llama" ? (o.kv_heads ? o.kv_heads : o.heads) : 0;
+  c.intermediate = ffn_hidden(o);
+  c.max_positions = o.seq;
+  c.rope_theta = o.rope_theta;
+  c.norm_eps = o.norm_eps;
+  c.tie_word_embeddings = o.tie_embeddings;
+  return c;
+}
+
 /// --init-from: a checkpoint's step-N directory (weights through the
-/// model-only load_checkpoint) or a safetensors file (import_safetensors).
-/// Which one is decided from what every rank sees and agreed, so that no two
-/// ranks enter different loaders. A path that is neither (missing) goes to
-/// the loader its name suggests, which reports it on every rank.
-void init_from(kshard::FsdpModel& model, const std::string& path, bool root) {
+/// model-only load_checkpoint), a Hugging Face model directory (config.json
+/// beside the weights: import_hf, its config checked against the flags) or a
+/// safetensors file (import_safetensors). Which one is decided from what
+/// every rank sees and agreed, so that no two ranks enter different loaders.
+/// A path that is none of them (missing) goes to the loader its name
+/// suggests, which reports it on every rank.
+void init_from(kshard::FsdpModel& model, const TrainOptions& o, bool root) {
   namespace fs = std::filesystem;
+  const std::string& path = o.init_from;
   std::error_code ec;
   const bool dir = fs::is_directory(path, ec);
+  const bool hf = dir && fs::exists(fs::path(path) / "config.json", ec);
   const bool safetensors =
       !dir && (fs::is_regular_file(path, ec) ||
                (path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0));
   kshard::agree_same(model.mesh().world(), "--init-from '" + path + "'",
-                     {{"is a file (1) or not (0)", safetensors ? 1 : 0}},
+                     {{"is a file (1) or not (0)", safetensors ? 1 : 0},
+                      {"is a Hugging Face directory (1) or not (0)", hf ? 1 : 0}},
                      "a path that every rank sees alike");
   const auto t0 = Clock::now();
   std::string what;
-  if (safetensors) {
+  if (hf) {
+    kshard::import_hf(model, hf_config(o), path);
+    what = std::string("Hugging Face ") + (o.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+  } else if (safetensors) {
     kshard::import_safetensors(model, path);
     what = "safetensors";
   } else {
@@ -288,7 +315,7 @@ int run(kshard::Session& session, int argc, char** argv) {
   const Reducer reducer(world);
   // Weights only, before the Trainer (and its optimizer) exists: a new run
   // from step 0 with fresh moments.
-  if (!o.init_from.empty()) init_from(built, o.init_from, root);
+  if (!o.init_from.empty()) init_from(built, o, root);
   kshard::Trainer trainer(std::move(built), trainer_options(o));
   // The snapshot's host memory now, not inside the first save.
   if (o.async_save) trainer.reserve_async_save();
@@ -573,18 +600,7 @@ int run(kshard::Session& session, int argc, char** argv) {
   }
 
   if (!o.export_hf.empty()) {
-    kshard::HfConfig c;
-    c.model_type = o.arch;
-    c.vocab = o.vocab;
-    c.hidden = o.width;
-    c.layers = o.layers;
-    c.heads = o.heads;
-    c.kv_heads = o.arch == "llama" ? (o.kv_heads ? o.kv_heads : o.heads) : 0;
-    c.intermediate = ffn_hidden(o);
-    c.max_positions = o.seq;
-    c.rope_theta = o.rope_theta;
-    c.norm_eps = o.norm_eps;
-    c.tie_word_embeddings = o.tie_embeddings;
+    const kshard::HfConfig c = hf_config(o);
     kshard::export_hf(trainer.model(), c, o.export_hf,
                       o.export_dtype == "bf16" ? kshard::DType::bf16 : kshard::DType::f32);
     if (root) {

@@ -198,7 +198,9 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
      "restarts a job); --steps stays the run's total. With --eval-only: evaluate it and exit")
     ("init-from", po::value<std::string>(&o.init_from),
      "start from these weights only (no optimizer state, step 0): a checkpoint's step-N "
-     "directory or a .safetensors file")
+     "directory, a .safetensors file, or a Hugging Face model directory (config.json + "
+     "model.safetensors, as --export-hf or transformers' save_pretrained write them; its "
+     "config must match --arch and the size flags)")
     ("export", po::value<std::string>(&o.export_path),
      "after the last step, write the model as one safetensors file FILE")
     ("export-hf", po::value<std::string>(&o.export_hf),
@@ -323,8 +325,8 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     throw OptionError("--init-from with --resume; expected one of them: --resume continues a "
                       "run from its checkpoint, --init-from starts a new run from weights");
   if (vm.count("init-from") && o.init_from.empty())
-    throw OptionError("--init-from ''; expected a checkpoint's step-N directory or a "
-                      ".safetensors file");
+    throw OptionError("--init-from ''; expected a checkpoint's step-N directory, a "
+                      ".safetensors file or a Hugging Face model directory");
   if (vm.count("save-dir") && o.save_dir.empty())
     throw OptionError("--save-dir ''; expected a directory");
   if (vm.count("export") && o.export_path.empty())

@@ -5,6 +5,11 @@
                                  # ids.i32, logits.f32, batch.json (kshard's)
   hf_reference.py names DIR...   # config.json + model.safetensors only: the
                                  # architecture and every tensor transformers loads
+  hf_reference.py make OUT       # Hugging Face folders for kshard's import_hf
+                                 # (OUT/np_*: config.json + safetensors written by
+                                 # Python's safetensors, with this forward's
+                                 # logits and greedy continuation beside them;
+                                 # OUT/bad/*: broken copies, one fault each)
 
 Reads config.json and model.safetensors the way transformers does (names,
 shapes and layouts of LlamaForCausalLM and GPT2LMHeadModel) and runs the
@@ -59,6 +64,12 @@ def causal_attention(q, k, v):
     return (p @ v).transpose(1, 0, 2).reshape(t, h * hd)
 
 
+def rope_theta(cfg):
+    """transformers 5 writes rope_parameters {rope_theta, rope_type}; earlier
+    versions rope_theta at the top level."""
+    return cfg.get("rope_parameters", {}).get("rope_theta", cfg.get("rope_theta", 10000.0))
+
+
 def rotate_half(x):
     half = x.shape[-1] // 2
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
@@ -68,7 +79,7 @@ def llama_forward(cfg, w, ids):
     d = cfg["hidden_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg.get("head_dim", d // nh)
-    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    eps, theta = cfg["rms_norm_eps"], rope_theta(cfg)
     t = len(ids)
     x = w["model.embed_tokens.weight"][ids]
     inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
@@ -198,9 +209,168 @@ def check(d):
         print(f"{d}: greedy continuation of {b['prompt']} tokens equal: {kshard_gen}", flush=True)
 
 
+# --- make: Hugging Face folders written here, for kshard to import ----------
+
+BATCH, SEQ, PROMPT, NEW = 2, 12, 3, 8
+
+
+def write_folder(d, cfg, w, dtype, shards=1, extra=None):
+    """config.json + the tensors (as `dtype`) in one file or `shards` files
+    with transformers' index, and this forward's logits for a batch and
+    greedy continuation (computed from the tensors as written)."""
+    from safetensors.numpy import save_file
+    os.makedirs(d, exist_ok=True)
+    w = {k: v.astype(dtype) for k, v in w.items()}
+    names = sorted(w)
+    if shards == 1:
+        save_file({**w, **(extra or {})}, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for s in range(shards):
+            f = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {k: w[k] for k in names[s::shards]}
+            save_file(part, os.path.join(d, f), metadata={"format": "pt"})
+            weight_map.update({k: f for k in part})
+        json.dump({"metadata": {"total_size": int(sum(v.nbytes for v in w.values()))},
+                   "weight_map": weight_map}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    w64 = {k: v.astype(np.float64) for k, v in w.items()}
+    forward = llama_forward if cfg["model_type"] == "llama" else gpt2_forward
+    vocab = cfg["vocab_size"]
+    ids = np.array([(i * 37 + 11) % vocab for i in range(BATCH * SEQ)], dtype="<i4").reshape(BATCH, SEQ)
+    logits = np.concatenate([forward(cfg, w64, row) for row in ids])
+    seq = ids[0, :PROMPT].tolist()
+    for _ in range(NEW):
+        seq.append(int(np.argmax(forward(cfg, w64, np.array(seq))[-1])))
+    ids.tofile(os.path.join(d, "ids.i32"))
+    logits.astype("<f4").tofile(os.path.join(d, "logits.f32"))
+    np.array(seq[PROMPT:], dtype="<i4").tofile(os.path.join(d, "greedy.i32"))
+    json.dump({"batch": BATCH, "seq": SEQ, "prompt": PROMPT}, open(os.path.join(d, "batch.json"), "w"))
+    print(f"{d}: {cfg['model_type']} with {len(w)} {np.dtype(dtype).name} tensors in {shards} file(s)", flush=True)
+
+
+def random_weights(cfg, rng):
+    """Weights that give clearly separated logits (std 0.3; norms near 1)."""
+    def mat(*shape):
+        return rng.normal(0.0, 0.3, shape)
+
+    def norm(n):
+        return 1.0 + 0.1 * rng.normal(size=n)
+
+    w = {}
+    if cfg["model_type"] == "llama":
+        d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+        hd = d // cfg["num_attention_heads"]
+        kv = cfg["num_key_value_heads"] * hd
+        w["model.embed_tokens.weight"] = mat(v, d)
+        w["model.norm.weight"] = norm(d)
+        if not cfg["tie_word_embeddings"]:
+            w["lm_head.weight"] = mat(v, d)
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{i}."
+            w[p + "input_layernorm.weight"] = norm(d)
+            w[p + "post_attention_layernorm.weight"] = norm(d)
+            w[p + "self_attn.q_proj.weight"] = mat(d, d)
+            w[p + "self_attn.k_proj.weight"] = mat(kv, d)
+            w[p + "self_attn.v_proj.weight"] = mat(kv, d)
+            w[p + "self_attn.o_proj.weight"] = mat(d, d)
+            w[p + "mlp.gate_proj.weight"] = mat(f, d)
+            w[p + "mlp.up_proj.weight"] = mat(f, d)
+            w[p + "mlp.down_proj.weight"] = mat(d, f)
+        return w
+    d, v, n = cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]
+    f = cfg["n_inner"] or 4 * d
+    w["transformer.wte.weight"] = mat(v, d)
+    w["transformer.wpe.weight"] = mat(n, d)
+    w["transformer.ln_f.weight"] = norm(d)
+    w["transformer.ln_f.bias"] = 0.1 * rng.normal(size=d)
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            w[p + ln + ".weight"] = norm(d)
+            w[p + ln + ".bias"] = 0.1 * rng.normal(size=d)
+        for name, shape in (("attn.c_attn", (d, 3 * d)), ("attn.c_proj", (d, d)),
+                            ("mlp.c_fc", (d, f)), ("mlp.c_proj", (f, d))):
+            w[p + name + ".weight"] = mat(*shape)
+            w[p + name + ".bias"] = 0.1 * rng.normal(size=shape[1])
+    return w
+
+
+def make(out):
+    import shutil
+    rng = np.random.default_rng(2024)
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 61,
+             "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "hidden_act": "silu",
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-06, "attention_bias": False,
+             "mlp_bias": False, "rope_parameters": {"rope_theta": 500.0, "rope_type": "default"},
+             "tie_word_embeddings": False, "dtype": "float32"}
+    w = random_weights(llama, rng)
+    write_folder(os.path.join(out, "np_llama"), llama, w, np.float32)
+    write_folder(os.path.join(out, "np_llama_sharded"), llama, w, np.float32, shards=2)
+    # transformers 4's layout: rope_theta at the top level; multi-query, tied, f16.
+    tied = {k: v for k, v in llama.items() if k != "rope_parameters"}
+    tied.update({"num_key_value_heads": 1, "rope_theta": 10000.0, "rope_scaling": None,
+                 "tie_word_embeddings": True, "torch_dtype": "float16"})
+    write_folder(os.path.join(out, "np_llama_mqa_tied_f16"), tied, random_weights(tied, rng), np.float16)
+    gpt2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 61, "n_embd": 32,
+            "n_layer": 2, "n_head": 4, "n_inner": None, "n_positions": 40, "activation_function": "gelu_new",
+            "layer_norm_epsilon": 1e-05, "scale_attn_weights": True, "tie_word_embeddings": True}
+    # n_positions 40 > the sequence (12): kshard reads the table's first rows;
+    # attn.bias: the causal-mask buffer transformers 4.2x saved.
+    mask = {"transformer.h.0.attn.bias": np.tril(np.ones((40, 40), dtype=np.float32))[None, None]}
+    write_folder(os.path.join(out, "np_gpt2"), gpt2, random_weights(gpt2, rng), np.float32, extra=mask)
+
+    # One fault per folder, each a copy of np_llama.
+    from safetensors.numpy import load_file, save_file
+    good = os.path.join(out, "np_llama")
+
+    def bad(name, config=None, tensors=None, truncate=False, drop_weights=False, index=None):
+        d = os.path.join(out, "bad", name)
+        shutil.copytree(good, d)
+        if config:
+            cfg = json.load(open(os.path.join(d, "config.json")))
+            config(cfg)
+            json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+        f = os.path.join(d, "model.safetensors")
+        if tensors:
+            t = load_file(f)
+            tensors(t)
+            save_file(t, f, metadata={"format": "pt"})
+        if truncate:
+            os.truncate(f, os.path.getsize(f) // 2)
+        if drop_weights or index:
+            os.remove(f)
+        if index:
+            json.dump(index, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+
+    bad("missing_tensor", tensors=lambda t: t.pop("model.layers.1.self_attn.k_proj.weight"))
+    bad("wrong_shape", tensors=lambda t: t.update(
+        {"model.layers.0.mlp.up_proj.weight": np.ascontiguousarray(t["model.layers.0.mlp.up_proj.weight"].T)}))
+    bad("extra_tensor", tensors=lambda t: t.update(
+        {"model.layers.0.self_attn.q_norm.weight": np.ones(8, dtype=np.float32)}))
+    bad("int_tensor", tensors=lambda t: t.update(
+        {"model.norm.weight": t["model.norm.weight"].astype(np.int32)}))
+    bad("architecture", config=lambda c: c.update({"model_type": "mistral", "architectures": ["MistralForCausalLM"]}))
+    bad("rope_scaling", config=lambda c: c.update({"rope_parameters": {"rope_theta": 500.0, "rope_type": "linear",
+                                                                       "factor": 2.0}}))
+    bad("disagrees", config=lambda c: c.update({"num_key_value_heads": 4}))
+    bad("biases", config=lambda c: c.update({"attention_bias": True}))
+    bad("truncated", truncate=True)
+    bad("no_weights", drop_weights=True)
+    bad("missing_shard", index={"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}})
+    os.makedirs(os.path.join(out, "bad", "no_config"))
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "make":
+        import shutil
+        shutil.rmtree(sys.argv[2], ignore_errors=True)
+        make(sys.argv[2])
+        print("OK", flush=True)
+        return
     if len(sys.argv) < 3 or sys.argv[1] not in ("check", "names"):
-        fail("usage: hf_reference.py check|names DIR...")
+        fail("usage: hf_reference.py check|names DIR... | make OUT")
     for d in sys.argv[2:]:
         if sys.argv[1] == "check":
             check(d)

@@ -13,16 +13,11 @@
 #include <fstream>
 
 #include <kshard/checkpoint/hf_export.hpp>
-#include <kshard/engine/nn/embedding.hpp>
-#include <kshard/engine/nn/layer_norm.hpp>
-#include <kshard/engine/nn/linear.hpp>
-#include <kshard/engine/nn/llama_layer.hpp>
-#include <kshard/engine/nn/rms_norm.hpp>
-#include <kshard/engine/nn/transformer_layer.hpp>
 #include <kshard/optim/fused_adam.hpp>
 #include <kshard/train/generate.hpp>
 
 #include "ckpt_test_util.hpp"
+#include "hf_test_util.hpp"
 
 namespace kt = kshard::testing;
 using namespace ckpt_test;
@@ -37,7 +32,6 @@ struct Built {
 };
 
 Built build(const kshard::DeviceMesh& mesh, const std::string& type, std::int64_t kv, bool tie) {
-  using kshard::layer;
   kshard::HfConfig c;
   c.model_type = type;
   c.vocab = kV;
@@ -50,30 +44,7 @@ Built build(const kshard::DeviceMesh& mesh, const std::string& type, std::int64_
   c.rope_theta = 500.0;  // not the default: the reader must take it from config.json
   c.norm_eps = 1e-5;
   c.tie_word_embeddings = tie;
-  std::vector<kshard::LayerDef> defs;
-  if (type == "llama") {
-    kshard::LlamaBlockConfig b;
-    b.d_model = kD;
-    b.heads = kH;
-    b.kv_heads = kv;
-    b.ffn = kFfn;
-    b.rope_theta = c.rope_theta;
-    b.norm_eps = c.norm_eps;
-    defs.push_back(layer<kshard::Embedding>(kV, kD));
-    for (std::int64_t l = 0; l < kL; ++l) defs.push_back(layer<kshard::LlamaLayer>(b));
-    defs.push_back(layer<kshard::RMSNorm>(kD, c.norm_eps));
-  } else {
-    defs.push_back(layer<kshard::Embedding>(kV, kD, kSeq));
-    for (std::int64_t l = 0; l < kL; ++l)
-      defs.push_back(layer<kshard::TransformerLayer>(kD, kH, kFfn, c.norm_eps));
-    defs.push_back(layer<kshard::LayerNorm>(kD, c.norm_eps));
-  }
-  defs.push_back(layer<kshard::Linear>(kD, kV, false));
-  kshard::FsdpOptions o;
-  o.tie_word_embeddings = tie;
-  Built b{std::make_unique<kshard::FsdpModel>(mesh, defs, kshard::Recipe::parse("fp32"), o), c};
-  b.model->init_parameters(7);
-  return b;
+  return {hf_test::build_model(mesh, c), c};
 }
 
 std::vector<std::int32_t> batch_ids() {
@@ -82,13 +53,7 @@ std::vector<std::int32_t> batch_ids() {
   return ids;
 }
 
-Kokkos::View<std::int32_t*> to_device(const std::vector<std::int32_t>& v) {
-  Kokkos::View<std::int32_t*> d("ids", v.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
-  Kokkos::deep_copy(d, h);
-  return d;
-}
+using hf_test::to_device;
 
 // Two AdamW steps on next-token targets, so the exported weights are trained
 // ones (not only the initialisation's laws).

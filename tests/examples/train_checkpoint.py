@@ -225,6 +225,23 @@ def test_export(a):
                                 f"relative {rel:.2e} > {EVAL_TOL:g}")
         print(f"OK: --init-from {what}: eval_loss {e[0]} = the trained run's {final} "
               f"(relative {rel:.1e}, tolerance {EVAL_TOL:g})")
+    # Hugging Face's format: --export-hf after training, then --init-from the
+    # folder (on other meshes) gives the trained run's eval_loss.
+    for arch, flags in (("llama", "--arch llama --kv-heads 1 --rope-theta 500"),
+                        ("gpt2", "--tie-embeddings")):
+        hf = os.path.join(d, "hf-" + arch)
+        out = run_ok(a, f"{MODEL} {flags} {ev} --eval-every 3 --steps 3 {COSINE} --export-hf {hf}")
+        final = rt.eval_losses(out)[-1]
+        for np, extra in ((1, ""), (4, "--mesh 2x2")):
+            out = run_ok(a, f"{MODEL} {flags} {ev} --eval-only --init-from {hf} {extra}", np=np)
+            expect(re.search(r"^initialised from \S+ +\(Hugging Face ", out, re.M),
+                   f"--init-from {hf}: no 'initialised from ... (Hugging Face ...)' line")
+            e = rt.eval_losses(out)
+            rel = abs(e[0] - final) / abs(final)
+            expect(len(e) == 1 and rel <= EVAL_TOL,
+                   f"--init-from {hf} on {np} ranks: eval_loss {e} vs the trained run's {final}")
+            print(f"OK: --init-from a Hugging Face {arch} folder on {np} rank(s): eval_loss {e[0]} = "
+                  f"the trained run's {final} (relative {rel:.1e})")
     # bf16 export, read by Python's own safetensors package when installed.
     bf = os.path.join(d, "model.bf16.safetensors")
     out = run_ok(a, f"{MODEL} --steps 1 --export {bf} --export-dtype bf16")
@@ -308,6 +325,15 @@ def test_bad(a):
     size = os.path.getsize(good)
     with open(good, "rb") as f, open(trunc, "wb") as g:
         g.write(f.read(size // 2))
+    # A Hugging Face folder of a Llama with 1 key/value head.
+    hf = os.path.join(d, "hf")
+    llama = "--arch llama --kv-heads 1"
+    run_ok(a, f"{MODEL} {llama} --steps 1 --export-hf {hf}")
+    hf_mistral = os.path.join(d, "hf-mistral")
+    shutil.copytree(hf, hf_mistral)
+    cfg = json.load(open(os.path.join(hf_mistral, "config.json")))
+    cfg.update({"model_type": "mistral", "architectures": ["MistralForCausalLM"]})
+    json.dump(cfg, open(os.path.join(hf_mistral, "config.json"), "w"))
     step = os.path.join(sd, "step-0000000001")
     shard = os.path.join(step, "shard-00001.bin")
     os.truncate(shard, os.path.getsize(shard) // 2)
@@ -327,6 +353,9 @@ def test_bad(a):
         f"{shard}::{MODEL} --init-from {step}",
         f"{shard}::{MODEL} --resume {sd}",
         f"{shard}::{MODEL} --resume {step}",
+        f"num_key_value_heads is 1 but the model's is 2::{MODEL} --arch llama --init-from {hf}",
+        f"model_type is llama but the model's is gpt2::{MODEL} --tie-embeddings --init-from {hf}",
+        f"model_type is 'mistral'::{MODEL} {llama} --init-from {hf_mistral}",
     ]
     failures = []
     for c in cases:

@@ -25,25 +25,13 @@
 // safetensors file per export). Anything else, or a unit whose parameters
 // are not the expected ones, is a kshard::Error on every rank before anything
 // is written; the files appear atomically (written as ".partial", renamed).
-#include <cstdint>
 #include <filesystem>
-#include <string>
 
+#include "kshard/checkpoint/hf_config.hpp"
 #include "kshard/dtype.hpp"
 #include "kshard/engine/fsdp/fsdp_model.hpp"
 
 namespace kshard {
-
-struct HfConfig {
-  std::string model_type = "llama";  ///< llama | gpt2
-  std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0;
-  std::int64_t kv_heads = 0;       ///< llama: key/value heads (0: heads)
-  std::int64_t intermediate = 0;   ///< MLP hidden width
-  std::int64_t max_positions = 0;  ///< the training sequence length (gpt2: the position table's rows)
-  double rope_theta = 10000.0;     ///< llama
-  double norm_eps = 1e-5;          ///< rms_norm_eps / layer_norm_epsilon
-  bool tie_word_embeddings = false;
-};
 
 /// Writes dir/config.json and dir/model.safetensors (dtype: f32 or bf16).
 void export_hf(FsdpModel& model, const HfConfig& config, const std::filesystem::path& dir,
