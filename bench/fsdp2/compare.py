@@ -29,13 +29,19 @@ that time is excluded from tok/s and stated in its own column.
              make a repeat launch compile faster (the JSON keeps each launch's)
   MFU        under two conventions, both (F * tokens/s) / peak:
              all-params     F = 6 * params + 12 * layers * width * seq, params
-                            = ALL parameters (embedding and position tables
-                            and head included; issue 6's figure)
+                            = ALL parameters (embedding table, gpt2's
+                            position table and the head included; issue
+                            6's figure)
              matmul-params  F = 6 * matmul_params + 12 * layers * width * seq,
-                            matmul_params = 12 * layers * width^2 + width *
-                            vocab: the Linear weights (qkv, proj, fc1, fc2,
-                            head), not the embedding/position tables, biases
-                            or LayerNorms (PaLM's convention)
+                            matmul_params = the Linear weights, not the
+                            embedding/position tables, biases or norms
+                            (PaLM's convention); hd = width / heads:
+               gpt2   L * (4 d^2 + 2 d ffn) + d * vocab  (qkv, proj, fc1,
+                      fc2, head; = 12 L d^2 + d vocab at ffn = 4d)
+               llama  L * (d * (d + 2 kv hd) + d^2 + 3 d ffn) + d * vocab
+                      (qkv with kv key/value heads, proj, gate_up = 2 d ffn,
+                      down = d ffn, head); a tied head counts too (still a
+                      d x vocab GEMM)
              attention 12 * L * d * seq FLOPs per token (forward + backward of
              QK^T and PV, counted without the causal half). peak =
              --peak-tflops (989: the H200/H100 SXM bf16 dense tensor-core
@@ -50,6 +56,16 @@ that time is excluded from tok/s and stated in its own column.
              kshard / that side (<= 1: kshard uses less)
   loss       last loss of each (all fall from ~ln(vocab) towards 0.5 nats)
 
+Architecture (--arch, passed to both sides with the same option names as
+kshard-train's): gpt2 (default; LayerNorm, GELU MLP, learned positions,
+biases) or llama (RMSNorm, SwiGLU, rotary embeddings, grouped-query
+attention, no biases; the twin's F.rms_norm and SDPA with enable_gqa).
+--kv-heads, --ffn-hidden, --rope-theta, --norm-eps and --tie-embeddings go
+to both sides as given; for llama --kv-heads and --ffn-hidden are always
+passed, resolved per size: the size's llama default below, else --heads and
+kshard-train's rule (8 d / 3 rounded up to a multiple of 256). gpt2 commands
+carry none of them unless given.
+
 Sizes (width, heads, layers, seq, batch per rank, vocab):
   small   256,  4, 4,  128, 32,   512
   medium 1024, 16, 8,  512,  8,  8192
@@ -57,6 +73,9 @@ Sizes (width, heads, layers, seq, batch per rank, vocab):
   xl     4096, 32, 8, 1024,  4, 32000   (not in the default --sizes)
   tiny     64,  4, 2,   32,  8,    64   (a smoke test on a host build / CPU)
 or a custom size written WxHxLxSxBxV, e.g. 128x4x2x64x4x256.
+With --arch llama, large is issue 22's Llama-style large: --kv-heads 4
+--ffn-hidden 5632 unless given; the other sizes keep kv-heads = heads and
+ffn = 8 d / 3 rounded up to 256 (xl: 11008).
 
 On the GPU machine (one H200 or H100; as root; about 5-6 minutes with the
 defaults: 3 sizes x 2 recipes x 2 repeats x 2 sides = 24 launches of 20 steps):
@@ -70,6 +89,13 @@ The anchor of issue 20 (kshard against the best PyTorch can do on one GPU):
       --sizes large,xl --recipes bf16 --torch-modes eager,compile,compile-max \\
       --out $OUT/anchor.json
 
+The Llama-shaped anchor of issue 22 (d2048, 16 heads, 4 kv heads, 8 layers,
+ffn 5632, T1024, B4, V32000, bf16):
+
+  python3 bench/fsdp2/compare.py --exe build/cuda/examples/train/kshard-train \\
+      --arch llama --sizes large --recipes bf16 --torch-modes eager,compile \\
+      --out $OUT/llama.json
+
 Run time: the launches without compile cost what they did (seconds each at
 large and xl); each compile launch adds its compile, and a cold compile-max
 launch autotunes every matmul shape of forward and backward, expected to take
@@ -81,7 +107,8 @@ where one command has a wall-clock limit.
 (if kshard-train's shared libraries travelled beside it, export
 LD_LIBRARY_PATH first.) kshard-train is launched as `mpiexec -n 1 --bind-to
 none EXE ...` with OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 set; --mpiexec '' runs
-it directly (MPI singleton). The twin runs as `python3 fsdp2_twin.py
+it directly (MPI singleton); --mpiexec may carry options of its own
+("mpiexec --oversubscribe"). The twin runs as `python3 fsdp2_twin.py
 --torch-mode M ...`, world size 1 (fsdp2: NCCL, gloo with --device cpu; the
 other modes no process group).
 
@@ -141,12 +168,61 @@ def parse_size(token):
     return token, dict(zip(KEYS, vals))
 
 
+# --arch llama's defaults per named size, where they differ from kshard-train's
+# (--kv-heads 0 = heads, --ffn-hidden 0 = 8d/3 rounded up to 256): issue 22's
+# Llama-style large has 4 key/value heads. --kv-heads / --ffn-hidden override.
+LLAMA_SIZE_DEFAULTS = {"large": {"kv_heads": 4, "ffn_hidden": 5632}}
+
+
+def default_ffn(arch, width):
+    """kshard-train's --ffn-hidden 0 (examples/train/train.cpp): 4d for gpt2,
+    Llama's 8d/3 rounded up to a multiple of 256 for llama."""
+    return 4 * width if arch == "gpt2" else (8 * width // 3 + 255) // 256 * 256
+
+
+def resolve_arch(a, name, size):
+    """The size's block shape: arch, kv_heads (llama; gpt2 None), ffn_hidden,
+    tie_embeddings added to the size dict (kept in the JSON rows)."""
+    dflt = LLAMA_SIZE_DEFAULTS.get(name, {}) if a.arch == "llama" else {}
+    kv = None
+    if a.arch == "llama":
+        kv = a.kv_heads or dflt.get("kv_heads") or size["heads"]
+        if size["heads"] % kv:
+            raise argparse.ArgumentTypeError(
+                f"size '{name}': --kv-heads {kv} does not divide heads {size['heads']}")
+        if (size["width"] // size["heads"]) % 2:
+            raise argparse.ArgumentTypeError(
+                f"size '{name}': head dim {size['width'] // size['heads']} is odd (llama's "
+                "rotary embeddings need an even one)")
+    ffn = a.ffn_hidden or dflt.get("ffn_hidden") or default_ffn(a.arch, size["width"])
+    return {**size, "arch": a.arch, "kv_heads": kv, "ffn_hidden": ffn,
+            "tie_embeddings": a.tie_embeddings}
+
+
 def matmul_params(size):
-    """The Linear weights of kshard-train's model (the twin's nn.Linear weights):
-    per layer qkv d x 3d, proj d x d, fc1 d x 4d, fc2 4d x d = 12 d^2, plus the
-    head d x vocab. No embedding/position tables, biases or LayerNorms."""
-    d = size["width"]
-    return 12 * size["layers"] * d * d + d * size["vocab"]
+    """The Linear weights of kshard-train's model (the twin's nn.Linear weights;
+    a tied head counted too: it is still a d x vocab GEMM), hd = d / heads:
+      gpt2   per layer qkv d x 3d, proj d x d, fc1 d x ff, fc2 ff x d
+             = 4 d^2 + 2 d ff (12 d^2 at the default ff = 4d)
+             matmul_params = L (4 d^2 + 2 d ff) + d vocab
+      llama  per layer qkv d x (d + 2 kv hd) (q, then k and v of kv heads),
+             proj d x d, gate_up d x 2 ffn and down ffn x d (3 d ffn)
+             matmul_params = L (d (d + 2 kv hd) + d^2 + 3 d ffn) + d vocab
+    No embedding/position tables, biases or norms."""
+    d, L, ffn = size["width"], size["layers"], size.get("ffn_hidden") or 4 * size["width"]
+    if size.get("arch", "gpt2") == "llama":
+        hd = d // size["heads"]
+        return L * (d * (d + 2 * size["kv_heads"] * hd) + d * d + 3 * d * ffn) + d * size["vocab"]
+    return L * (4 * d * d + 2 * d * ffn) + d * size["vocab"]
+
+
+def arch_text(size):
+    """E.g. "llama (kv-heads 4, ffn 5632)" or "gpt2 (ffn 4096)"."""
+    if size.get("arch", "gpt2") == "llama":
+        t = f"llama (kv-heads {size['kv_heads']}, ffn {size['ffn_hidden']}"
+    else:
+        t = f"gpt2 (ffn {size.get('ffn_hidden') or 4 * size['width']}"
+    return t + (", tied embeddings)" if size.get("tie_embeddings") else ")")
 
 
 def flops_per_token(params, size):
@@ -156,10 +232,24 @@ def flops_per_token(params, size):
     return 6.0 * params + 12.0 * size["layers"] * size["width"] * size["seq"]
 
 
-def model_args(size, recipe, steps):
+def model_args(a, size, recipe, steps):
+    """The options kshard-train and the twin share, spelled the same for both."""
     args = []
     for k in KEYS:
         args += [f"--{k}", str(size[k])]
+    if a.arch == "llama":
+        # Always explicit, so both sides build the same model whatever their
+        # defaults.
+        args += ["--arch", "llama", "--kv-heads", str(size["kv_heads"]),
+                 "--ffn-hidden", str(size["ffn_hidden"])]
+    elif a.ffn_hidden:  # gpt2 commands stay as they were unless asked
+        args += ["--ffn-hidden", str(size["ffn_hidden"])]
+    if a.rope_theta is not None:
+        args += ["--rope-theta", f"{a.rope_theta:g}"]
+    if a.norm_eps is not None:
+        args += ["--norm-eps", f"{a.norm_eps:g}"]
+    if a.tie_embeddings:
+        args += ["--tie-embeddings"]
     return args + ["--recipe", recipe, "--steps", str(steps), "--bench"]
 
 
@@ -170,9 +260,10 @@ def launch_timeout(a, impl):
 
 
 def command(a, impl, size, recipe):
-    margs = model_args(size, recipe, a.steps)
+    margs = model_args(a, size, recipe, a.steps)
     if impl == "kshard":
-        launcher = [a.mpiexec, "-n", "1", "--bind-to", "none"] if a.mpiexec else []
+        # --mpiexec may carry options of its own ("mpiexec --oversubscribe").
+        launcher = shlex.split(a.mpiexec) + ["-n", "1", "--bind-to", "none"] if a.mpiexec else []
         return launcher + [a.exe] + margs + shlex.split(a.kshard_extra)
     return ([a.python, os.path.join(HERE, "fsdp2_twin.py"), "--torch-mode", impl] + margs +
             ["--device", a.device] + shlex.split(a.torch_extra))
@@ -376,13 +467,18 @@ def fmt_table(rows, peak_tflops):
             "compile-max": 'compile-max = compile with mode="max-autotune-no-cudagraphs"'}
     out.append("Sides: " + "; ".join(what[m] for m in modes) +
                ("; best = the fastest of them in the row" if several else "") + ".")
+    llama = bool(rows) and rows[0].get("arch") == "llama"
     out.append(f"MFU all-params = (6 x params + 12 x layers x width x seq) x tokens/s / "
-               f"{peak_tflops:g} TFLOP/s, params = ALL parameters (embedding and position "
-               "tables included).")
+               f"{peak_tflops:g} TFLOP/s, params = ALL parameters (embedding "
+               f"{'table' if llama else 'and position tables'} included).")
+    mm = ("layers x (width x (width + 2 x kv_heads x head_dim) + width^2 + 3 x width x ffn) "
+          "+ width x vocab (qkv, proj, gate_up, down, head" if llama else
+          "layers x (4 x width^2 + 2 x width x ffn) + width x vocab (= 12 x layers x width^2 "
+          "+ width x vocab at ffn = 4 x width; qkv, proj, fc1, fc2, head")
     out.append(f"MFU matmul-params = (6 x matmul_params + 12 x layers x width x seq) x "
-               f"tokens/s / {peak_tflops:g} TFLOP/s, matmul_params = 12 x layers x width^2 + "
-               "width x vocab (Linear weights only; no embedding/position tables, biases or "
-               "LayerNorms: PaLM's convention). Both count causal attention in full.")
+               f"tokens/s / {peak_tflops:g} TFLOP/s, matmul_params = {mm}: Linear weights "
+               "only; no embedding/position tables, biases or norms: PaLM's convention). Both "
+               "count causal attention in full.")
     out.append(f"* fp32 rows: against the same {peak_tflops:g} TFLOP/s bf16 dense peak "
                "(a comparison between the sides, not an fp32 utilisation).")
     if comp:
@@ -408,9 +504,15 @@ def write_out(a, runs, rows, started, done):
                       "kshard_extra": a.kshard_extra, "torch_extra": a.torch_extra,
                       "peak_tflops": a.peak_tflops,
                       "timeout_s": {m: launch_timeout(a, m) for m in a.impls},
+                      "arch": a.arch, "kv_heads": a.kv_heads, "ffn_hidden": a.ffn_hidden,
+                      "rope_theta": a.rope_theta, "norm_eps": a.norm_eps,
+                      "tie_embeddings": a.tie_embeddings,
                       "mfu_flops_per_token": "6*params + 12*layers*width*seq",
                       "mfu_matmul_flops_per_token": "6*matmul_params + 12*layers*width*seq",
-                      "matmul_params": "12*layers*width^2 + width*vocab"},
+                      "matmul_params": (
+                          "layers*(width*(width+2*kv_heads*head_dim) + width^2 + 3*width*ffn)"
+                          " + width*vocab" if a.arch == "llama" else
+                          "layers*(4*width^2 + 2*width*ffn) + width*vocab")},
            "rows": rows, "runs": runs}
     tmp = a.out + ".tmp"
     with open(tmp, "w") as fh:
@@ -426,6 +528,22 @@ def main():
     ap.add_argument("--sizes", default="small,medium,large",
                     help="comma-separated: small, medium, large, xl, tiny or WxHxLxSxBxV")
     ap.add_argument("--recipes", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    # The model's shape, passed identically to kshard-train and the twin (the
+    # same option names on both).
+    ap.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"],
+                    help="block shape of both sides: gpt2 (default) or llama")
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help="llama: key/value heads (0: the size's default: 4 for large, else "
+                         "--heads)")
+    ap.add_argument("--ffn-hidden", type=int, default=0,
+                    help="MLP hidden width (0: the size's default: llama large 5632, else "
+                         "kshard-train's rule, 4 x width / Llama's 8 x width / 3 up to 256)")
+    ap.add_argument("--rope-theta", type=float, default=None,
+                    help="llama: rotary base (default: not passed, both sides use 10000)")
+    ap.add_argument("--norm-eps", type=float, default=None,
+                    help="norm epsilon (default: not passed, both sides use 1e-5)")
+    ap.add_argument("--tie-embeddings", action="store_true",
+                    help="tie the head to the token table on both sides")
     ap.add_argument("--torch-modes", default="fsdp2",
                     help="comma-separated torch sides: fsdp2, eager, compile, compile-max")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps per launch")
@@ -445,8 +563,13 @@ def main():
     ap.add_argument("--out", help="write the full results here as JSON")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     a = ap.parse_args()
+    if a.kv_heads < 0 or a.ffn_hidden < 0:
+        ap.error("--kv-heads and --ffn-hidden must be >= 0 (0: the default)")
+    if a.arch == "gpt2" and (a.kv_heads or a.rope_theta is not None):
+        ap.error("--kv-heads / --rope-theta with --arch gpt2; expected --arch llama")
     try:
         a.sizes = [parse_size(s.strip()) for s in a.sizes.split(",") if s.strip()]
+        a.sizes = [(n, resolve_arch(a, n, z)) for n, z in a.sizes]
     except argparse.ArgumentTypeError as e:
         ap.error(str(e))
     a.recipes = [r.strip() for r in a.recipes.split(",") if r.strip()]
@@ -474,8 +597,8 @@ def main():
         for recipe in a.recipes:
             dims = 'x'.join(str(size[k]) for k in KEYS)
             label = dims if name == dims else f"{name} {dims}"
-            print(f"\n== {label} (width x heads x layers x seq x batch x vocab), {recipe}",
-                  flush=True)
+            print(f"\n== {label} (width x heads x layers x seq x batch x vocab), "
+                  f"{arch_text(size)}, {recipe}", flush=True)
             cell = []
             for rep in range(a.repeats):
                 for impl in a.impls:
@@ -492,8 +615,10 @@ def main():
     if a.dry_run:
         return 0
     write_out(a, runs, rows, started, True)
-    print(f"\nkshard-train ({a.exe}) vs PyTorch twin ({', '.join(a.torch_modes)}), 1 rank, "
-          f"{a.steps} steps, {a.repeats} repeat(s), {time.perf_counter() - t_all:.0f} s in all\n")
+    shapes = "; ".join(f"{n}: {arch_text(z).split(' ', 1)[1][1:-1]}" for n, z in a.sizes)
+    print(f"\nkshard-train ({a.exe}) vs PyTorch twin ({', '.join(a.torch_modes)}), arch "
+          f"{a.arch} ({shapes}), 1 rank, {a.steps} steps, {a.repeats} repeat(s), "
+          f"{time.perf_counter() - t_all:.0f} s in all\n")
     print(fmt_table(rows, a.peak_tflops))
     for r in rows:
         k = r["kshard"]

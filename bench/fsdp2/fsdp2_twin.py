@@ -15,39 +15,82 @@ keys where they mean the same thing. --torch-mode picks how PyTorch runs it
   compile-max  as compile with mode="max-autotune-no-cudagraphs"
 eager, compile and compile-max refuse WORLD_SIZE > 1 (one device only).
 
-Model (mirrors kshard's layers; the parameter count equals kshard-train's):
+Model, --arch gpt2 (default; mirrors kshard's layers; the parameter count
+equals kshard-train's):
   Embedding(vocab, d) with a learned position table (max_seq = --seq), both
       N(0, 0.02) as kshard's Embedding; token + position, no dropout
   L x TransformerLayer (kshard's TransformerLayer = LayerNorm ln1 ->
       CausalSelfAttention, residual; then LayerNormMLP, residual):
         x1 = x + proj(attn(qkv(ln1(x))))       qkv Linear(d, 3d), proj Linear(d, d)
-        y  = x1 + fc2(gelu_tanh(fc1(ln(x1))))  fc1 Linear(d, 4d), fc2 Linear(4d, d)
-      qkv's output columns are [q | k | v], each split into heads side by side
-      (kshard's layout); attention is F.scaled_dot_product_attention(is_causal)
-      with the 1/sqrt(d/heads) scale; LayerNorm eps 1e-5; every Linear has a bias
+        y  = x1 + fc2(gelu_tanh(fc1(ln(x1))))  fc1 Linear(d, ff), fc2 Linear(ff, d)
+      ff = --ffn-hidden (default 4d); qkv's output columns are [q | k | v], each
+      split into heads side by side (kshard's layout); attention is
+      F.scaled_dot_product_attention(is_causal) with the 1/sqrt(d/heads) scale;
+      LayerNorm eps --norm-eps (1e-5); every Linear has a bias
   LayerNorm(d) -> Linear(d, vocab) head with bias
-  loss: mean cross entropy over all tokens (logits upcast to f32 first, as
+Model, --arch llama (kshard-train --arch llama: examples/train/train.cpp,
+engine/src/nn/llama_layer.cpp; no bias anywhere):
+  Embedding(vocab, d), N(0, 0.02), token table only (positions are rotary)
+  L x LlamaLayer (kshard's: RMSNorm norm1 -> attention, residual; then
+      SwiGLUMLP = RMSNorm norm -> gate_up -> SwiGLU -> down, residual):
+        x1 = x + proj(attn(rope(qkv(norm1(x)))))
+        y  = x1 + down(silu(g) * u),  [g | u] = gate_up(norm(x1))
+      qkv  ONE Linear(d, (heads + 2 kv) hd), hd = d / heads, kv = --kv-heads
+           (default heads): output rows q (heads hd), then k (kv hd), then v
+           (kv hd), heads side by side (kshard's layout)
+      rope rotary embeddings on q and k, rotate-half layout (element i pairs
+           with i + hd/2; GPT-NeoX, HF Llama, kshard's qkv_pack), angle =
+           position x theta^(-2i/hd), theta = --rope-theta (10000), cos/sin
+           computed in f32 once, cast to the activations' dtype at use
+      attn F.scaled_dot_product_attention(q, k, v, is_causal=True,
+           enable_gqa=True) on k/v with kv heads (no repeated copies): query
+           head i reads k/v head i // (heads / kv), as kshard; 1/sqrt(hd)
+           scale (enable_gqa only where kv < heads: with kv = heads it is
+           plain multi-head attention, every SDPA backend eligible)
+      gate_up ONE Linear(d, 2 ffn): rows [gate | up], gate first (kshard's
+           fused layout); down Linear(ffn, d); ffn = --ffn-hidden (default
+           8d/3 rounded up to a multiple of 256, kshard-train's rule: 5632 at
+           d 2048)
+      RMSNorm: F.rms_norm(x, (d,), weight, eps = --norm-eps (1e-5)), weight
+           ones; called on whatever dtype reaches it (f32 residual stream
+           under autocast, bf16 under FSDP2's param_dtype)
+  RMSNorm(d) -> Linear(d, vocab) head without bias
+--tie-embeddings (either arch, kshard-train's option): no head module, the
+  head is F.linear(x, embed.weight) (one parameter, N(0, 0.02) as the table;
+  no head bias, as kshard's tied head)
+loss: mean cross entropy over all tokens (logits upcast to f32 first, as
   autocast does and as kshard's loss statistics are f32)
-Parameter counts in BENCH:
-  params         all parameters: embedding and position tables, every Linear
-                 weight and bias, every LayerNorm weight and bias
-  matmul_params  the weights of the nn.Linear modules only: per layer qkv
-                 (d x 3d), proj (d x d), fc1 (d x 4d), fc2 (4d x d), i.e.
-                 12 d^2, plus the head (d x vocab): 12 L d^2 + d vocab. Not the
-                 embedding or position tables (lookups, no matmul), not the
-                 biases, not the LayerNorms (PaLM's MFU convention)
-Init: LayerNorm ones/zeros, Linear PyTorch's default uniform(+-1/sqrt(fan_in))
-  for weight and bias (the same law kshard uses; the draws differ).
-FSDP2: fully_shard on each TransformerLayer, then on the root (which holds the
-  embedding, the final LayerNorm and the head); --wrap units also shards the
-  embedding, the final LayerNorm and the head as units of their own, as
-  kshard-train does (every layer one FSDP unit). Reshard after forward on.
+Parameter counts in BENCH (also: arch, kv_heads, ffn_hidden, tie_embeddings,
+rope_theta, norm_eps):
+  params         all parameters, a tied table once: embedding (and gpt2's
+                 position) table, every Linear weight and bias, every
+                 LayerNorm / RMSNorm weight (and bias)
+  matmul_params  the weights of the nn.Linear modules, plus d x vocab for a
+                 tied head (still a GEMM): gpt2 per layer qkv (d x 3d), proj
+                 (d x d), fc1 (d x ff), fc2 (ff x d) = 4 d^2 + 2 d ff (12 d^2
+                 at ff = 4d); llama per layer qkv d x (d + 2 kv hd), proj
+                 d x d, gate_up + down 3 d ffn; plus the head (d x vocab):
+                   gpt2   L (4 d^2 + 2 d ff) + d vocab
+                   llama  L (d (d + 2 kv hd) + d^2 + 3 d ffn) + d vocab
+                 Not the embedding or position tables (lookups, no matmul),
+                 not the biases, not the norms (PaLM's MFU convention)
+Init: LayerNorm ones/zeros, RMSNorm ones, Linear PyTorch's default
+  uniform(+-1/sqrt(fan_in)) for weight and bias (the same laws kshard uses;
+  the draws differ).
+FSDP2: fully_shard on each TransformerLayer / LlamaLayer, then on the root
+  (which holds the embedding, the final norm and the head); --wrap units also
+  shards the embedding, the final norm and the head as units of their own, as
+  kshard-train does (every layer one FSDP unit); with --tie-embeddings the
+  tied table stays in the root (the head reads it after the embedding's
+  forward) and only the final norm is a unit of its own. Reshard after
+  forward on.
   --recipe bf16: MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32).
 eager / compile / compile-max: the module as built, on one device, no wrapper.
   --recipe bf16: torch.autocast(device, bfloat16) around forward + loss with
   f32 parameters (f32 master weights, f32 gradients): PyTorch's standard AMP
-  recipe. Unlike FSDP2's param_dtype, autocast runs the LayerNorms, the
-  embedding sum and the residual stream in f32 and only the matmuls and
+  recipe. Unlike FSDP2's param_dtype, autocast runs the LayerNorms (the
+  RMSNorms: F.rms_norm on the f32 stream), the embedding sum and the
+  residual stream in f32 and only the matmuls and
   attention in bf16; --recipe fp32: no autocast. The compiled function is
       fwd_loss(ids, tgt) = cross_entropy(model(ids).float(), tgt)  (autocast inside)
   so inductor sees the head and the loss in the same graph; backward and the
@@ -92,6 +135,9 @@ sliced per rank as kshard does.
       --layers 8 --seq 1024 --batch 4 --vocab 32000 --recipe bf16 --steps 20 --bench
   python3 bench/fsdp2/fsdp2_twin.py --device cpu --width 64 --layers 2 --steps 30  # gloo
   python3 bench/fsdp2/fsdp2_twin.py --device cpu --torch-mode eager --steps 30
+  python3 bench/fsdp2/fsdp2_twin.py --torch-mode compile --arch llama --width 2048 \
+      --heads 16 --kv-heads 4 --ffn-hidden 5632 --layers 8 --seq 1024 --batch 4 \
+      --vocab 32000 --recipe bf16 --steps 20 --bench
 """
 import argparse
 import json
@@ -171,9 +217,33 @@ class MarkovTask:
 
 # --------------------------------------------------------------- model ----
 
+def ffn_hidden(a):
+    """The MLP's hidden width, kshard-train's rule (examples/train/train.cpp):
+    --ffn-hidden if > 0, else 4 d (gpt2) or Llama's 8 d / 3 rounded up to a
+    multiple of 256 (llama: d 2048 -> 5632, d 4096 -> 11008)."""
+    if a.ffn_hidden:
+        return a.ffn_hidden
+    if a.arch == "gpt2":
+        return 4 * a.width
+    return (8 * a.width // 3 + 255) // 256 * 256
+
+
+def kv_heads(a):
+    """Key/value heads (llama; kshard-train's --kv-heads 0 = as many as --heads)."""
+    return a.kv_heads or a.heads
+
+
 def build_model(torch, nn, F, a):
+    """kshard-train's model for --arch (see the docstring); returns the module.
+    Every model has .embed, .layers, .final_norm and .head (None when tied:
+    the head is then F.linear with the token table)."""
+    return (build_llama if a.arch == "llama" else build_gpt2)(torch, nn, F, a)
+
+
+def build_gpt2(torch, nn, F, a):
     d, heads = a.width, a.heads
     hd = d // heads
+    ffn, eps = ffn_hidden(a), a.norm_eps
 
     class Embedding(nn.Module):
         def __init__(self):
@@ -199,9 +269,9 @@ def build_model(torch, nn, F, a):
     class LayerNormMLP(nn.Module):
         def __init__(self):
             super().__init__()
-            self.ln = nn.LayerNorm(d, eps=1e-5)
-            self.fc1 = nn.Linear(d, 4 * d)
-            self.fc2 = nn.Linear(4 * d, d)
+            self.ln = nn.LayerNorm(d, eps=eps)
+            self.fc1 = nn.Linear(d, ffn)
+            self.fc2 = nn.Linear(ffn, d)
 
         def forward(self, x):
             return self.fc2(F.gelu(self.fc1(self.ln(x)), approximate="tanh"))
@@ -209,7 +279,7 @@ def build_model(torch, nn, F, a):
     class TransformerLayer(nn.Module):
         def __init__(self):
             super().__init__()
-            self.ln1 = nn.LayerNorm(d, eps=1e-5)
+            self.ln1 = nn.LayerNorm(d, eps=eps)
             self.attn = CausalSelfAttention()
             self.mlp = LayerNormMLP()
 
@@ -222,19 +292,138 @@ def build_model(torch, nn, F, a):
             super().__init__()
             self.embed = Embedding()
             self.layers = nn.ModuleList(TransformerLayer() for _ in range(a.layers))
-            self.ln_f = nn.LayerNorm(d, eps=1e-5)
-            self.head = nn.Linear(d, a.vocab)
+            self.final_norm = nn.LayerNorm(d, eps=eps)
+            # Tied: no head module (and no bias), the token table is the head.
+            self.head = None if a.tie_embeddings else nn.Linear(d, a.vocab)
 
         def forward(self, ids):
             x = self.embed(ids)
             for layer in self.layers:
                 x = layer(x)
-            return self.head(self.ln_f(x))
+            x = self.final_norm(x)
+            return F.linear(x, self.embed.weight) if self.head is None else self.head(x)
 
     m = Model()
     nn.init.normal_(m.embed.weight, std=0.02)
     nn.init.normal_(m.embed.position, std=0.02)
     return m
+
+
+def build_llama(torch, nn, F, a):
+    d, heads, kv = a.width, a.heads, kv_heads(a)
+    hd = d // heads
+    ffn, eps = ffn_hidden(a), a.norm_eps
+
+    def linear(n_in, n_out):
+        # No bias anywhere (kshard's Linear(.., .., false)); weight
+        # uniform(+-1/sqrt(fan_in)), PyTorch's default, the law kshard uses.
+        return nn.Linear(n_in, n_out, bias=False)
+
+    class RMSNorm(nn.Module):
+        # kshard's RMSNorm: gamma (ones) only, y = x / sqrt(mean(x^2) + eps) * gamma.
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            # F.rms_norm as called: under autocast it runs on what autocast
+            # gives it (the f32 residual stream); under FSDP2's param_dtype in
+            # bf16 (accumulating in f32).
+            return F.rms_norm(x, (d,), self.weight, eps)
+
+    def rotate(x, cos, sin):
+        # RoPE, rotate-half layout (GPT-NeoX, HF Llama, kshard's qkv_pack):
+        # element i pairs with i + hd/2.
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            # ONE GEMM for [q | k | v]: rows q (heads*hd), then k (kv*hd), then v
+            # (kv*hd), heads side by side (kshard's qkv layout).
+            self.qkv = linear(d, (heads + 2 * kv) * hd)
+            self.proj = linear(d, d)
+
+        def forward(self, x, cos, sin):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(x).split((heads * hd, kv * hd, kv * hd), dim=-1)
+            q = q.view(b, t, heads, hd).transpose(1, 2)
+            k = k.view(b, t, kv, hd).transpose(1, 2)
+            v = v.view(b, t, kv, hd).transpose(1, 2)
+            cos, sin = cos[:t].to(q.dtype), sin[:t].to(q.dtype)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            # GQA without repeat copies: SDPA maps query head i to k/v head
+            # i // (heads / kv), as kshard's pack does; scale 1/sqrt(hd).
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads)
+            return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+    class SwiGLUMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = RMSNorm()
+            self.gate_up = linear(d, 2 * ffn)  # ONE GEMM: rows [gate | up], gate first
+            self.down = linear(ffn, d)
+
+        def forward(self, x):
+            gate, up = self.gate_up(self.norm(x)).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+
+    class LlamaLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = RMSNorm()
+            self.attn = Attention()
+            self.mlp = SwiGLUMLP()
+
+        def forward(self, x, cos, sin):
+            x = x + self.attn(self.norm1(x), cos, sin)
+            return x + self.mlp(x)
+
+    class Embedding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.empty(a.vocab, d))  # no position table
+
+        def forward(self, ids):
+            return self.weight[ids]
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = Embedding()
+            self.layers = nn.ModuleList(LlamaLayer() for _ in range(a.layers))
+            self.final_norm = RMSNorm()
+            self.head = None if a.tie_embeddings else linear(d, a.vocab)
+            # cos/sin of position x theta^(-2i/hd), i < hd/2, repeated for the
+            # two halves, in f32 (as HF and kshard compute angles); not
+            # parameters, not saved. Cast to the activations' dtype at use.
+            inv_freq = 1.0 / (a.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64)
+                                               .float() / hd))
+            ang = torch.outer(torch.arange(a.seq, dtype=torch.int64).float(), inv_freq)
+            ang = torch.cat((ang, ang), dim=-1)
+            self.register_buffer("rope_cos", ang.cos(), persistent=False)
+            self.register_buffer("rope_sin", ang.sin(), persistent=False)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x, self.rope_cos, self.rope_sin)
+            x = self.final_norm(x)
+            return F.linear(x, self.embed.weight) if self.head is None else self.head(x)
+
+    m = Model()
+    nn.init.normal_(m.embed.weight, std=0.02)
+    return m
+
+
+def count_params(nn, model, a):
+    """(params, matmul_params): see the docstring."""
+    params = sum(p.numel() for p in model.parameters())  # a tied table once
+    matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    if model.head is None:  # the tied head is still a d x vocab GEMM
+        matmul += a.width * a.vocab
+    return params, matmul
 
 
 # ----------------------------------------------------------------- run ----
@@ -267,6 +456,20 @@ def parse_args(argv=None):
                     help="untimed warm-up steps of the compile modes, weights restored after "
                          "(default 2; the other modes take none)")
     ap.add_argument("--recipe", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"],
+                    help="kshard-train's --arch: gpt2 (LayerNorm, GELU MLP, learned positions, "
+                         "biases; default) or llama (RMSNorm, SwiGLU, RoPE, GQA, no biases)")
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help="llama: key/value heads, dividing --heads (0: as many as --heads)")
+    ap.add_argument("--ffn-hidden", type=int, default=0,
+                    help="MLP hidden width (0: 4 x width for gpt2; for llama 8 x width / 3 "
+                         "rounded up to a multiple of 256), kshard-train's rule")
+    ap.add_argument("--rope-theta", type=float, default=None,
+                    help="llama: base of the rotary embeddings' angles (default 10000)")
+    ap.add_argument("--norm-eps", type=float, default=1e-5,
+                    help="epsilon of the LayerNorms (gpt2) / RMSNorms (llama)")
+    ap.add_argument("--tie-embeddings", action="store_true",
+                    help="the head is the token table (one parameter; no head bias)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
@@ -289,6 +492,23 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if a.width % a.heads:
         ap.error(f"--width {a.width} is not divisible by --heads {a.heads}")
+    # kshard-train's checks (examples/train/train_options.cpp).
+    if a.kv_heads < 0 or a.ffn_hidden < 0:
+        ap.error("--kv-heads and --ffn-hidden must be >= 0 (0: the default)")
+    if a.arch == "gpt2" and a.kv_heads:
+        ap.error(f"--kv-heads {a.kv_heads} with --arch gpt2; expected --arch llama")
+    if a.arch == "gpt2" and a.rope_theta is not None:
+        ap.error("--rope-theta with --arch gpt2 (learned positions); expected --arch llama")
+    if a.kv_heads and a.heads % a.kv_heads:
+        ap.error(f"--kv-heads {a.kv_heads} does not divide --heads {a.heads}")
+    a.rope_theta = 10000.0 if a.rope_theta is None else a.rope_theta
+    if not (math.isfinite(a.rope_theta) and a.rope_theta > 1.0):
+        ap.error(f"--rope-theta {a.rope_theta}: expected a finite base > 1")
+    if not (math.isfinite(a.norm_eps) and a.norm_eps > 0.0):
+        ap.error(f"--norm-eps {a.norm_eps}: expected a finite eps > 0")
+    if a.arch == "llama" and (a.width // a.heads) % 2:
+        ap.error(f"--width / --heads = {a.width // a.heads} is odd; expected an even head dim "
+                 "(rotary embeddings rotate pairs)")
     for k in ("layers", "width", "heads", "seq", "batch", "steps"):
         if getattr(a, k) < 1:
             ap.error(f"--{k} must be >= 1")
@@ -359,8 +579,7 @@ def main(argv=None):
         model = build_model(torch, nn, F, a)
     # Counted before fully_shard (which turns the parameters into DTensor
     # shards); see the docstring for what each count includes.
-    params = sum(p.numel() for p in model.parameters())
-    matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    params, matmul_params = count_params(nn, model, a)
 
     if sharded:
         kw = {"mesh": mesh, "reshard_after_forward": not a.no_reshard_after_forward}
@@ -368,7 +587,11 @@ def main(argv=None):
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         if a.wrap == "units":
-            for unit in (model.embed, model.ln_f, model.head):
+            # A tied table stays in the root: the head reads it after the
+            # embedding's forward (kshard keeps its unit 0 unsharded likewise).
+            units = ([model.final_norm] if model.head is None else
+                     [model.embed, model.final_norm, model.head])
+            for unit in units:
                 fully_shard(unit, **kw)
         for layer in model.layers:
             fully_shard(layer, **kw)
@@ -442,10 +665,14 @@ def main(argv=None):
         pg = ("nccl" if cuda else "gloo") if sharded else "no process group"
         prec = ("" if a.recipe == "fp32" else " (param_dtype bf16)" if sharded
                 else " (autocast bf16, f32 master weights)")
+        block = ("TransformerLayer" if a.arch == "gpt2" else "LlamaLayer") + \
+            f"(d={a.width}, heads={a.heads}" + \
+            (f", kv_heads={kv_heads(a)}, rope_theta={a.rope_theta:g}" if a.arch == "llama"
+             else "") + f", ff={ffn_hidden(a)}, eps={a.norm_eps:g})"
         print(f"fsdp2_twin: torch-mode {mode} ({how}), {world} ranks, {a.device} ({pg}), "
-              f"recipe {a.recipe}{prec}, {a.layers} x TransformerLayer(d={a.width}, "
-              f"heads={a.heads}, ff={4 * a.width}), vocab {a.vocab}, seq {a.seq}, batch "
-              f"{a.batch}/rank, {params} params ({matmul_params} matmul), torch "
+              f"recipe {a.recipe}{prec}, arch {a.arch}, {a.layers} x {block}"
+              f"{', tied embeddings' if a.tie_embeddings else ''}, vocab {a.vocab}, seq "
+              f"{a.seq}, batch {a.batch}/rank, {params} params ({matmul_params} matmul), torch "
               f"{torch.__version__}", flush=True)
         print(f"task: Markov chain, 2 successors per token (p 0.8/0.2): uniform guess "
               f"{math.log(a.vocab):.3f} nats, floor {task.entropy_floor():.3f} nats", flush=True)
@@ -471,7 +698,7 @@ def main(argv=None):
         for w in range(a.warmup):
             loss, gn = train_step(opt, *batches[w % len(batches)])
             if root:
-                print(f"warm-up {w + 1}/{a.warmup}  loss {float(loss):.4f}  "
+                print(f"warm-up {w + 1}/{a.warmup}  loss {float(loss.detach()):.4f}  "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
         sync()
         compile_s = time.perf_counter() - t0
@@ -543,7 +770,12 @@ def main(argv=None):
         if a.bench:
             rec = {
                 "impl": "torch", "torch_mode": mode, "ranks": world, "mesh": f"[{world}]",
-                "recipe": a.recipe, "params": params, "matmul_params": matmul_params,
+                "recipe": a.recipe, "arch": a.arch, "params": params,
+                "matmul_params": matmul_params,
+                "kv_heads": kv_heads(a) if a.arch == "llama" else None,
+                "ffn_hidden": ffn_hidden(a), "tie_embeddings": a.tie_embeddings,
+                "rope_theta": a.rope_theta if a.arch == "llama" else None,
+                "norm_eps": a.norm_eps,
                 "shard_size": world, "steps": a.steps,
                 "tokens_per_step": tokens_per_step, "tokens_per_s": tps_mean,
                 "tokens_per_s_median": tps_median,
