@@ -1,6 +1,6 @@
 #pragma once
-// Shared by the Hugging Face export and import suites: a kshard model of an
-// HfConfig's shape (what kshard-train builds for --arch llama|gpt2), token
+// Shared by the Hugging Face export and import suites: an f32 model of an
+// HfConfig's shape (kshard::hf_layers), token
 // ids on the device, and the raw little-endian files the Python stages write.
 #include <cstdint>
 #include <filesystem>
@@ -11,13 +11,8 @@
 #include <Kokkos_Core.hpp>
 
 #include <kshard/checkpoint/hf_config.hpp>
+#include <kshard/checkpoint/hf_layers.hpp>
 #include <kshard/engine/fsdp/fsdp_model.hpp>
-#include <kshard/engine/nn/embedding.hpp>
-#include <kshard/engine/nn/layer_norm.hpp>
-#include <kshard/engine/nn/linear.hpp>
-#include <kshard/engine/nn/llama_layer.hpp>
-#include <kshard/engine/nn/rms_norm.hpp>
-#include <kshard/engine/nn/transformer_layer.hpp>
 #include <kshard/error.hpp>
 
 namespace hf_test {
@@ -26,29 +21,9 @@ namespace hf_test {
 /// config.max_positions rows, initialised with `seed`.
 inline std::unique_ptr<kshard::FsdpModel> build_model(const kshard::DeviceMesh& mesh,
                                                       const kshard::HfConfig& c, std::uint64_t seed = 7) {
-  using kshard::layer;
-  std::vector<kshard::LayerDef> defs;
-  if (c.model_type == "llama") {
-    kshard::LlamaBlockConfig b;
-    b.d_model = c.hidden;
-    b.heads = c.heads;
-    b.kv_heads = c.kv_heads;
-    b.ffn = c.intermediate;
-    b.rope_theta = c.rope_theta;
-    b.norm_eps = c.norm_eps;
-    defs.push_back(layer<kshard::Embedding>(c.vocab, c.hidden));
-    for (std::int64_t l = 0; l < c.layers; ++l) defs.push_back(layer<kshard::LlamaLayer>(b));
-    defs.push_back(layer<kshard::RMSNorm>(c.hidden, c.norm_eps));
-  } else {
-    defs.push_back(layer<kshard::Embedding>(c.vocab, c.hidden, c.max_positions));
-    for (std::int64_t l = 0; l < c.layers; ++l)
-      defs.push_back(layer<kshard::TransformerLayer>(c.hidden, c.heads, c.intermediate, c.norm_eps));
-    defs.push_back(layer<kshard::LayerNorm>(c.hidden, c.norm_eps));
-  }
-  defs.push_back(layer<kshard::Linear>(c.hidden, c.vocab, false));
   kshard::FsdpOptions o;
   o.tie_word_embeddings = c.tie_word_embeddings;
-  auto m = std::make_unique<kshard::FsdpModel>(mesh, defs, kshard::Recipe::parse("fp32"), o);
+  auto m = std::make_unique<kshard::FsdpModel>(mesh, kshard::hf_layers(c), kshard::Recipe::parse("fp32"), o);
   m->init_parameters(seed);
   return m;
 }
