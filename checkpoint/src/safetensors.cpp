@@ -280,6 +280,7 @@ void detail::write_safetensors(FsdpModel& model, const fs::path& file, DType dty
   std::vector<float> t;
   for (std::size_t u = 0; u < model.num_units(); ++u) {
     const ShardedGroup& g = model.group(u);
+    if (placed[u].empty()) continue;  // nothing of it in this file (alike on every rank)
     const std::vector<float> full = g.gather_master();
     if (!root || err) continue;
     err = run_local([&] {

@@ -30,8 +30,9 @@ struct ExportPiece {
 /// (before any collective, so on every rank).
 using ExportLayout = std::function<std::vector<ExportPiece>(std::size_t unit, const ParamEntry&)>;
 
-/// Collective: every unit is all-gathered once (one at a time), rank 0
-/// writes "<file>.partial", fsyncs it and renames it into place.
+/// Collective: every unit with a piece in the file is all-gathered once (one
+/// at a time), rank 0 writes "<file>.partial", fsyncs it and renames it into
+/// place.
 void write_safetensors(FsdpModel& model, const std::filesystem::path& file, DType dtype,
                        const std::map<std::string, std::string>& metadata,
                        const ExportLayout& layout);

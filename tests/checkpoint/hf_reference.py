@@ -150,13 +150,34 @@ def expected_names(cfg):
     return names
 
 
+def weight_files(d):
+    """model.safetensors, or the files model.safetensors.index.json names."""
+    index = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(index):
+        if os.path.exists(os.path.join(d, "model.safetensors")):
+            fail(f"{d}: both model.safetensors and an index")
+        return sorted({os.path.join(d, f) for f in json.load(open(index))["weight_map"].values()})
+    return [os.path.join(d, "model.safetensors")]
+
+
 def header(d):
-    """The safetensors header (name -> dtype, shape, offsets), read as the
-    format defines it: numpy has no bfloat16 to load a bf16 file with."""
-    with open(os.path.join(d, "model.safetensors"), "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        h = json.loads(f.read(n))
-    h.pop("__metadata__", None)
+    """The safetensors headers (name -> dtype, shape, offsets) of every
+    weight file, read as the format defines it: numpy has no bfloat16 to load
+    a bf16 file with."""
+    h = {}
+    for file in weight_files(d):
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            part = json.loads(f.read(n))
+        part.pop("__metadata__", None)
+        if set(part) & set(h):
+            fail(f"{d}: tensors {sorted(set(part) & set(h))} in two files")
+        h.update(part)
+    index = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(index):
+        m = json.load(open(index))["weight_map"]
+        if set(m) != set(h) or any(h[k] and os.path.join(d, m[k]) not in weight_files(d) for k in m):
+            fail(f"{d}: the index names {sorted(m)}, the files hold {sorted(h)}")
     return h
 
 
@@ -179,7 +200,9 @@ def load(d):
     """config.json and the tensors (float64) of an exported f32 directory,
     checked for the architecture and the exact set of names transformers loads."""
     cfg, _ = names_only(d)
-    w = {k: v.astype(np.float64) for k, v in load_file(os.path.join(d, "model.safetensors")).items()}
+    w = {}
+    for f in weight_files(d):
+        w.update({k: v.astype(np.float64) for k, v in load_file(f).items()})
     return cfg, w
 
 
@@ -193,7 +216,7 @@ def check(d):
     if got.shape != want.shape:
         fail(f"{d}: {got.size} logits from kshard, {want.size} from the reference")
     err = np.max(np.abs(got - want)) / np.max(np.abs(want))
-    print(f"{d}: {cfg['model_type']} ({len(w)} tensors), kshard vs Hugging Face's forward: "
+    print(f"{d}: {cfg['model_type']} ({len(w)} tensors in {len(weight_files(d))} file(s)), kshard vs Hugging Face's forward: "
           f"max |diff| / max |logit| = {err:.2e}", flush=True)
     if not err <= 1e-4:
         fail(f"{d}: logits differ by {err:.2e} (tolerance 1e-4)")

@@ -1,8 +1,8 @@
 // Hugging Face import (kshard::import_hf).
 // - export_then_import_is_exact (every launch): export_hf then import_hf into
-//   a model initialised otherwise gives back every master value bitwise (f32)
-//   or its bf16 rounding (bf16), for Llama (untied; tied with grouped-query
-//   attention) and GPT-2.
+//   a model initialised otherwise gives back every master value bitwise (f32,
+//   one file or an index and its shards) or its bf16 rounding (bf16), for
+//   Llama (untied; tied with grouped-query attention) and GPT-2.
 // - folders_from_python (stage of checkpoint_hf_import, on a [2, 2] mesh):
 //   folders that kshard did not write — Python's safetensors with
 //   hf_reference.py's numpy forward (tests/checkpoint/hf_reference.py make),
@@ -86,6 +86,26 @@ BOOST_AUTO_TEST_CASE(export_then_import_is_exact) {
       for (std::size_t k = 0; k < want[u].size(); ++k)
         rounded = rounded && got[u][k] == kshard::to_float(kshard::from_float<kshard::bfloat16_t>(want[u][k]));
     KSHARD_CHECK_ALL_MSG(rounded, name + ": bf16 export -> import is not the bf16 rounding");
+    // Files of at most 4 KiB of tensors: an index and its shards (a tensor
+    // above the limit alone in its file); exported again into the same
+    // directory unsharded, the index and shards are gone.
+    const fs::path sh = dir / (name + "_sharded");
+    kshard::export_hf(*a, c, sh, kshard::DType::f32, 4096);
+    kshard::import_hf(*b, c, sh);
+    KSHARD_CHECK_ALL_MSG(masters(*b) == want, name + ": sharded export -> import is not bitwise");
+    KSHARD_CHECK_ALL(fs::exists(sh / "model.safetensors.index.json") && !fs::exists(sh / "model.safetensors"));
+    std::size_t shards = 0;
+    for (const auto& f : fs::directory_iterator(sh)) shards += f.path().filename().string().rfind("model-", 0) == 0;
+    const nlohmann::json index = nlohmann::json::parse(std::ifstream(sh / "model.safetensors.index.json"));
+    KSHARD_CHECK_ALL_MSG(shards > 2 && index["weight_map"]["model.norm.weight"].is_string() == (c.model_type == "llama"),
+                         name + ": " + std::to_string(shards) + " shard files");
+    kshard::export_hf(*a, c, sh);
+    std::size_t left = 0;
+    for (const auto& f : fs::directory_iterator(sh)) left += f.path().filename().string().rfind("model-", 0) == 0;
+    KSHARD_CHECK_ALL(left == 0 && !fs::exists(sh / "model.safetensors.index.json") &&
+                     fs::exists(sh / "model.safetensors"));
+    kshard::import_hf(*b, c, sh);
+    KSHARD_CHECK_ALL(masters(*b) == want);
   }
 }
 

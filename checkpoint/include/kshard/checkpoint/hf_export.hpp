@@ -21,10 +21,17 @@
 // [gate | up] weights are split into q/k/v_proj and gate/up_proj (contiguous
 // rows); GPT-2's Conv1D weights are written [in, out] (transposed). Rotary
 // embeddings are already in Hugging Face's rotate-half layout, so q and k
-// need no permutation. One file (no sharded index: kshard writes one
-// safetensors file per export). Anything else, or a unit whose parameters
+// need no permutation. Above `max_shard_bytes` of tensor data the weights
+// are split as transformers' save_pretrained splits them:
+// model-00001-of-0000N.safetensors ... plus model.safetensors.index.json
+// (tensors in order, a new file before one would cross the limit; a tensor
+// larger than the limit alone in its file); otherwise one model.safetensors.
+// An earlier export's weight files that this one did not replace are
+// removed once the new ones are in place, so an index never names a file of
+// another export. Anything else, or a unit whose parameters
 // are not the expected ones, is a kshard::Error on every rank before anything
 // is written; the files appear atomically (written as ".partial", renamed).
+#include <cstdint>
 #include <filesystem>
 
 #include "kshard/checkpoint/hf_config.hpp"
@@ -33,8 +40,9 @@
 
 namespace kshard {
 
-/// Writes dir/config.json and dir/model.safetensors (dtype: f32 or bf16).
+/// Writes dir/config.json and the weights (dtype: f32 or bf16); the default
+/// limit is transformers' (5 GB).
 void export_hf(FsdpModel& model, const HfConfig& config, const std::filesystem::path& dir,
-               DType dtype = DType::f32);
+               DType dtype = DType::f32, std::int64_t max_shard_bytes = 5'000'000'000);
 
 }  // namespace kshard
