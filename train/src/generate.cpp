@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "kshard/error.hpp"
@@ -59,51 +60,110 @@ std::int32_t pick_token(const std::vector<float>& z, const GenerateOptions& o,
   return order[k - 1];  // u landed on the rounding of the last sum
 }
 
+std::vector<std::vector<std::int32_t>> generate_batch(
+    FsdpModel& model, const Communicator& world,
+    const std::vector<std::vector<std::int32_t>>& prompts, const GenerateOptions& o,
+    const std::function<void(std::size_t, std::int32_t)>& on_token) {
+  // Checked alike on every rank before anything collective runs.
+  if (prompts.empty()) throw Error("generate_batch with no prompts", "at least one prompt");
+  for (const auto& p : prompts) {
+    check_options(p, o);
+    if (p.size() != prompts[0].size())
+      throw Error("generate_batch with prompts of " + std::to_string(prompts[0].size()) + " and " +
+                      std::to_string(p.size()) + " tokens",
+                  "prompts of equal length (one row each of the batch)");
+  }
+  const std::int64_t batch = std::int64_t(prompts.size());
+  std::vector<std::vector<std::int32_t>> seqs = prompts, out(prompts.size());
+  std::vector<std::mt19937_64> rngs;
+  for (std::int64_t b = 0; b < batch; ++b) rngs.emplace_back(o.seed + std::uint64_t(b));
+  // Tokens per sequence a step's forward sees: the last `context` ones.
+  const auto window = [&](std::size_t len) {
+    return o.context > 0 ? std::min<std::int64_t>(o.context, std::int64_t(len)) : std::int64_t(len);
+  };
+  const std::int64_t longest = window(prompts[0].size() + std::size_t(o.new_tokens));
+  const bool cached = o.kv_cache && model.can_decode();
+  std::optional<KvCache> cache;
+  if (cached && o.new_tokens > 0) cache.emplace(batch, longest);
+  std::int64_t cache_start = 0;  // the sequence index of the cache's first token
+  // The ids of one step in ONE device buffer, sized for the longest window
+  // once: no allocation per generated token.
+  const Kokkos::View<std::int32_t*> ids_buf(
+      Kokkos::view_alloc("kshard.generate.ids", Kokkos::WithoutInitializing),
+      std::size_t(batch * longest));
+  const auto ids_h = Kokkos::create_mirror_view(ids_buf);
+  std::vector<float> logits;  // [batch, vocab] of this step
+  std::int64_t vocab = 0;
+  const auto read_rows = [&](Kokkos::View<const float*> src, std::int64_t first_row,
+                             std::int64_t rows, std::int64_t width, std::int64_t b) {
+    // rows [first_row, first_row + rows) of src (width each) to sequence b's logits.
+    vocab = width;
+    logits.resize(std::size_t(batch * vocab));
+    Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> h(
+        logits.data() + b * vocab, std::size_t(rows * vocab));
+    Kokkos::deep_copy(h, Kokkos::subview(src, std::make_pair(first_row * width,
+                                                             (first_row + rows) * width)));
+  };
+  for (int step = 0; step < o.new_tokens; ++step) {
+    const std::int64_t len = std::int64_t(seqs[0].size());
+    const std::int64_t start = len - window(std::size_t(len));  // the window's first token
+    // The tokens this step runs: with the cache, those after the cached ones
+    // (the prompt, then one), or the whole window again once it has moved.
+    std::int64_t first = start;
+    if (cached) {
+      if (step == 0 || start != cache_start) {
+        cache->clear();
+        cache_start = start;
+      }
+      first = cache_start + cache->length();
+    }
+    const std::int64_t n = len - first;
+    for (std::int64_t b = 0; b < batch; ++b)
+      std::copy(seqs[std::size_t(b)].begin() + first, seqs[std::size_t(b)].end(),
+                ids_h.data() + b * n);
+    const auto ids = Kokkos::subview(ids_buf, std::make_pair(std::int64_t(0), batch * n));
+    Kokkos::deep_copy(ids, Kokkos::subview(ids_h, std::make_pair(std::int64_t(0), batch * n)));
+    if (cached) {
+      const Kokkos::View<const float*> z = model.decode(*cache, ids, ActShape{batch, n, 1});
+      read_rows(z, 0, batch, std::int64_t(z.extent(0)) / batch, 0);
+    } else {
+      // Only the chunks that hold a sequence's last row are read, and only those rows.
+      model.forward_chunks(ids, ActShape{batch, n, 1},
+                           [&](std::int64_t r0, std::int64_t rows, Kokkos::View<const float*> c) {
+                             const std::int64_t width = std::int64_t(c.extent(0)) / rows;
+                             for (std::int64_t b = 0; b < batch; ++b) {
+                               const std::int64_t r = b * n + n - 1;
+                               if (r >= r0 && r < r0 + rows) read_rows(c, r - r0, 1, width, b);
+                             }
+                           });
+    }
+    // Every rank draws (the generators stay in step); rank 0's tokens are
+    // taken everywhere, so ranks cannot drift apart on a rounding.
+    std::vector<std::int64_t> chosen(std::size_t(batch), -1);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::vector<float> row(logits.begin() + b * vocab, logits.begin() + (b + 1) * vocab);
+      const std::int32_t mine = pick_token(row, o, rngs[std::size_t(b)]);
+      if (world.rank() == 0) chosen[std::size_t(b)] = mine;
+    }
+    host_all_reduce(world, chosen, ReduceOp::max);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto token = std::int32_t(chosen[std::size_t(b)]);
+      seqs[std::size_t(b)].push_back(token);
+      out[std::size_t(b)].push_back(token);
+      if (on_token) on_token(std::size_t(b), token);
+    }
+  }
+  return out;
+}
+
 std::vector<std::int32_t> generate(FsdpModel& model, const Communicator& world,
                                    const std::vector<std::int32_t>& prompt,
                                    const GenerateOptions& o,
                                    const std::function<void(std::int32_t)>& on_token) {
-  check_options(prompt, o);
-  std::vector<std::int32_t> seq = prompt, out;
-  std::mt19937_64 rng(o.seed);
-  std::vector<float> last;
-  // The window (the last `context` tokens) in ONE device buffer, sized for the
-  // longest window once: no allocation per generated token.
-  const auto window = [&](std::size_t len) {
-    return o.context > 0 ? std::min<std::int64_t>(o.context, std::int64_t(len)) : std::int64_t(len);
-  };
-  const Kokkos::View<std::int32_t*> ids_buf(
-      Kokkos::view_alloc("kshard.generate.ids", Kokkos::WithoutInitializing),
-      std::size_t(window(prompt.size() + std::size_t(o.new_tokens))));
-  const auto ids_h = Kokkos::create_mirror_view(ids_buf);
-  for (int step = 0; step < o.new_tokens; ++step) {
-    const std::int64_t n = window(seq.size());
-    const auto ids = Kokkos::subview(ids_buf, std::make_pair(std::int64_t(0), n));
-    const auto ids_hn = Kokkos::subview(ids_h, std::make_pair(std::int64_t(0), n));
-    std::copy(seq.end() - n, seq.end(), ids_hn.data());
-    Kokkos::deep_copy(ids, ids_hn);
-    // Only the chunk that holds the last row is read, and only that row.
-    model.forward_chunks(ids, ActShape{1, n, 1},
-                         [&](std::int64_t first, std::int64_t rows, Kokkos::View<const float*> c) {
-                           if (first + rows != n) return;
-                           const std::int64_t vocab = std::int64_t(c.extent(0)) / rows;
-                           last.resize(std::size_t(vocab));
-                           Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> h(
-                               last.data(), last.size());
-                           Kokkos::deep_copy(
-                               h, Kokkos::subview(c, std::make_pair((rows - 1) * vocab, rows * vocab)));
-                         });
-    // Every rank draws (the generators stay in step); rank 0's token is
-    // taken everywhere, so ranks cannot drift apart on a rounding.
-    const std::int32_t mine = pick_token(last, o, rng);
-    std::vector<std::int64_t> chosen{world.rank() == 0 ? std::int64_t(mine) : std::int64_t(-1)};
-    host_all_reduce(world, chosen, ReduceOp::max);
-    const auto token = std::int32_t(chosen[0]);
-    seq.push_back(token);
-    out.push_back(token);
-    if (on_token) on_token(token);
-  }
-  return out;
+  // A batch of one: sequence 0 draws with a generator seeded by `seed`.
+  std::function<void(std::size_t, std::int32_t)> each;
+  if (on_token) each = [&](std::size_t, std::int32_t t) { on_token(t); };
+  return generate_batch(model, world, {prompt}, o, each).front();
 }
 
 }  // namespace kshard

@@ -29,6 +29,19 @@ Kokkos::View<T*> window(Kokkos::View<T*>& buf, std::int64_t n, const char* label
 
 }  // namespace
 
+// y[b, :] = x[b, seq - 1, :]: each sequence's last row of [batch * seq, width]
+// (outside the unnamed namespace: CUDA's extended lambdas want a named enclosing scope).
+template <class T>
+void take_last_rows(Kokkos::View<const T*> x, Kokkos::View<T*> y, std::int64_t batch,
+                    std::int64_t seq, std::int64_t width) {
+  Kokkos::parallel_for(
+      "kshard::fsdp_take_last_rows", Kokkos::RangePolicy<>(0, batch * width),
+      KOKKOS_LAMBDA(std::int64_t i) {
+        const std::int64_t b = i / width, c = i - b * width;
+        y(i) = x((b * seq + seq - 1) * width + c);
+      });
+}
+
 // What the model reads: f32 features or int32 token ids.
 struct ModelInput {
   Kokkos::View<const float*> x;
@@ -61,6 +74,9 @@ class FsdpCoreBase {
                               Kokkos::View<const std::int32_t*> ids, ActShape shape,
                               const FsdpModel::ChunkVisitor& visit) = 0;
   virtual Kokkos::View<const float*> output_f32() = 0;
+  virtual Kokkos::View<const float*> decode(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                                            KvCache& cache, Kokkos::View<const std::int32_t*> ids,
+                                            ActShape shape) = 0;
   virtual void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                             Kokkos::View<const float*> dy, bool sync) = 0;
   // forward, the loss head, backward; returns the head's loss.
@@ -88,7 +104,7 @@ class FsdpCore final : public FsdpCoreBase {
       if (!layers_[i]) throw Error("FsdpModel layer " + std::to_string(i) + " is null", "a layer");
       info_.push_back({layers_[i]->kind(), layers_[i]->in_features(),
                        layers_[i]->out_features(), layers_[i]->param_specs(),
-                       layers_[i]->takes_token_ids()});
+                       layers_[i]->takes_token_ids(), layers_[i]->decodes()});
     }
   }
 
@@ -171,6 +187,80 @@ class FsdpCore final : public FsdpCoreBase {
       cast_to_f32<T>(acts_.back(), out);
       return out;
     }
+  }
+
+  Kokkos::View<const float*> decode(std::vector<ShardedGroup>& g, const FsdpOptions& o,
+                                    KvCache& cache, Kokkos::View<const std::int32_t*> ids,
+                                    ActShape shape) override {
+    const std::size_t n = layers_.size();
+    const std::int64_t batch = shape.batch, seq = shape.seq;
+    // Everything checked before the first all-gather, so a bad call is an
+    // error on every rank and no collective is left half done.
+    if (batch != cache.batch() || seq <= 0 || shape.features != 1 ||
+        std::int64_t(ids.extent(0)) != shape.rows())
+      throw Error("FsdpModel::decode of " + std::to_string(ids.extent(0)) + " ids as batch=" +
+                      std::to_string(batch) + ", seq=" + std::to_string(seq) +
+                      ", features=" + std::to_string(shape.features) +
+                      " with a cache for batch " + std::to_string(cache.batch()),
+                  "batch = the cache's, seq > 0, features = 1, batch * seq ids");
+    if (cache.length() + seq > cache.capacity())
+      throw Error("FsdpModel::decode of " + std::to_string(seq) + " tokens per sequence after " +
+                      std::to_string(cache.length()) + " cached ones",
+                  "at most the cache's capacity, " + std::to_string(cache.capacity()) +
+                      " tokens (clear() it, or a larger KvCache)");
+    auto* store = dynamic_cast<KvStore*>(cache.storage());
+    if (store == nullptr || store->layers.size() != n) {
+      if (cache.length() != 0)
+        throw Error("FsdpModel::decode with a cache of " + std::to_string(cache.length()) +
+                        " tokens filled by another model",
+                    "an empty cache or one this model filled");
+      auto fresh = std::make_unique<KvStore>();
+      fresh->layers.resize(n);
+      store = fresh.get();
+      cache.set_storage(std::move(fresh));
+    }
+    // A rows-independent head runs on each sequence's last row alone: a
+    // prefill computes vocab logits for one row per sequence, not seq.
+    const bool last_rows_only = seq > 1 && n > 1 && layers_.back()->rows_independent();
+    ActShape s{batch, seq, 1};
+    Kokkos::View<const T*> cur;
+    bool use_a = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      g[i].finish_unshard();  // a no-op when unsharded
+      if (o.prefetch && i + 1 < n) g[i + 1].start_unshard();
+      const auto params = params_of(g, i);
+      DecodeStep<T> step{cache.length(), cache.capacity(), &store->layers[i]};
+      if (i + 1 == n && last_rows_only) {
+        auto last = window(dec_last_, batch * s.features, "kshard.fsdp.decode_last");
+        take_last_rows<T>(cur, last, batch, seq, s.features);
+        cur = last;
+        s = ActShape{batch, 1, s.features};
+      }
+      const ActShape os = layers_[i]->output_shape(s);
+      Kokkos::View<T*> out = window(use_a ? dec_a_ : dec_b_, os.numel(), "kshard.fsdp.decode_act");
+      if (i == 0)
+        layers_[0]->decode_tokens(ids, s, params, out, step);
+      else
+        layers_[i]->decode(cur, s, params, out, step);
+      if (o.reshard_after_forward && i + 1 < n && !(tie_ && i == tie_->source)) g[i].reshard();
+      cur = out;
+      s = os;
+      use_a = !use_a;
+    }
+    cache.advance(seq);
+    // The logits of each sequence's last token, as f32.
+    const std::int64_t width = s.features;
+    auto out = window(dec_out_f32_, batch * width, "kshard.fsdp.decode_out");
+    if (s.seq == 1) {
+      if constexpr (std::is_same_v<T, float>) Kokkos::deep_copy(out, cur);
+      else cast_to_f32<T>(cur, out);
+    } else {
+      auto last = window(dec_last_, batch * width, "kshard.fsdp.decode_last");
+      take_last_rows<T>(cur, last, batch, s.seq, width);
+      if constexpr (std::is_same_v<T, float>) Kokkos::deep_copy(out, last);
+      else cast_to_f32<T>(last, out);
+    }
+    return out;
   }
 
   void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
@@ -335,6 +425,18 @@ class FsdpCore final : public FsdpCoreBase {
   Kokkos::View<const T*> head_input_;      // the head's input then
   Kokkos::View<T*> dact_a_, dact_b_, dloss_, input_buf_;
   Kokkos::View<float*> out_f32_;
+  // decode(): its activations (two, alternating), each sequence's last row,
+  // its f32 logits; and the cache storage in this compute type.
+  Kokkos::View<T*> dec_a_, dec_b_, dec_last_;
+  Kokkos::View<float*> dec_out_f32_;
+  struct KvStore final : KvStorage {
+    std::vector<AttentionKv<T>> layers;  // one per unit (empty: not attention)
+    std::size_t bytes() const override {
+      std::size_t b = 0;
+      for (const auto& l : layers) b += (l.k.extent(0) + l.v.extent(0)) * sizeof(T);
+      return b;
+    }
+  };
 };
 
 template <class T>
@@ -464,6 +566,26 @@ Kokkos::View<const float*> FsdpModel::forward(Kokkos::View<const std::int32_t*> 
 void FsdpModel::forward_chunks(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                                const ChunkVisitor& visit) {
   core_->forward_chunks(groups_, options_, ids, shape, visit);
+}
+
+bool FsdpModel::can_decode() const {
+  if (!core_->info(0).takes_token_ids) return false;
+  for (std::size_t i = 0; i < core_->size(); ++i)
+    if (!core_->info(i).decodes) return false;
+  return true;
+}
+
+Kokkos::View<const float*> FsdpModel::decode(KvCache& cache, Kokkos::View<const std::int32_t*> ids,
+                                             ActShape shape) {
+  if (!can_decode()) {
+    std::string kinds;
+    for (std::size_t i = 0; i < core_->size(); ++i)
+      kinds += (i ? ", " : "") + core_->info(i).kind;
+    throw Error("FsdpModel::decode on layers " + kinds,
+                "an Embedding first and then layers that decode incrementally (TransformerLayer, "
+                "LlamaLayer, CausalSelfAttention, and rows-independent ones: norms, Linear, MLPs)");
+  }
+  return core_->decode(groups_, options_, cache, ids, shape);
 }
 
 void FsdpModel::backward(Kokkos::View<const float*> dy, bool sync) {

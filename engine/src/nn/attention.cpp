@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cached_attention.hpp"
 #include "kshard/kernels/flash_attention.hpp"
 #include "kshard/kernels/gemm.hpp"
 #include "kshard/error.hpp"
@@ -359,6 +360,41 @@ void CausalSelfAttention<T>::backward(Kokkos::View<const T*> dy, const ConstView
     dproj = dsrc.view;
   }
   qkv_proj_.backward(dproj, subs_.params("qkv", params), subs_.grads("qkv", grads), dx);
+}
+
+template <class T>
+void CausalSelfAttention<T>::decode(Kokkos::View<const T*> x, ActShape shape,
+                                    const ConstViews& params, Kokkos::View<T*> y,
+                                    DecodeStep<T>& step) {
+  const std::string who = "CausalSelfAttention::decode";
+  detail::check_forward<T>(*this, x, shape, params, y);
+  if (step.kv == nullptr)
+    throw Error(who + " without a key/value cache", "a DecodeStep whose kv points at one");
+  if (step.position < 0 || step.position + shape.seq > step.capacity)
+    throw Error(who + ": " + std::to_string(shape.seq) + " new tokens after " +
+                    std::to_string(step.position) + " cached ones",
+                "at most capacity=" + std::to_string(step.capacity) + " tokens per sequence");
+  release();
+  const std::int64_t rows = shape.rows(), hd = head_dim();
+  // The cache, made (or remade) for this batch and capacity; its contents
+  // past step.position are written below before anything reads them.
+  const std::int64_t cache_n = shape.batch * kv_heads_ * step.capacity * hd;
+  detail::ensure_size(step.kv->k, cache_n, "kshard::CausalSelfAttention::k_cache");
+  detail::ensure_size(step.kv->v, cache_n, "kshard::CausalSelfAttention::v_cache");
+  const detail::CachedAttentionShape cs{shape.batch, shape.seq, heads_, kv_heads_, hd,
+                                        rope_theta_, step.position, step.capacity};
+  {
+    auto src = detail::scratch<T>(rows * qkv_proj_.out_features(),
+                                  "kshard::CausalSelfAttention::decode_qkv");
+    qkv_proj_.forward(x, shape, subs_.params("qkv", params), src.view);
+    qkv_proj_.release();
+    auto q = detail::scratch<T>(rows * d_, "kshard::CausalSelfAttention::decode_q");
+    detail::kv_cache_append<T>(src.view, q.view, step.kv->k, step.kv->v, cs);
+    auto ctx = detail::scratch<T>(rows * d_, "kshard::CausalSelfAttention::decode_ctx");
+    detail::cached_attention<T>(q.view, step.kv->k, step.kv->v, ctx.view, cs);
+    out_proj_.forward(ctx.view, shape, subs_.params("proj", params), y);
+    out_proj_.release();
+  }
 }
 
 template <class T>

@@ -30,6 +30,22 @@ void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weigh
       });
 }
 
+// forward() for tokens at positions first + r % seq (incremental decoding).
+template <class T>
+void decode_forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weight,
+                    Kokkos::View<const T*> position, bool use_position, Kokkos::View<T*> y,
+                    std::int64_t rows, std::int64_t seq, std::int64_t d, std::int64_t first) {
+  compat::for_each_row(
+      "kshard::embedding_decode", rows, d, KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
+        const std::int64_t id = ids(r);
+        if (use_position)
+          y(r * d + c) = from_accum<T>(to_accum(weight(id * d + c)) +
+                                       to_accum(position((first + r % seq) * d + c)));
+        else
+          y(r * d + c) = weight(id * d + c);
+      });
+}
+
 template <class T>
 void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
               Kokkos::View<accum_t<T>*> dweight, Kokkos::View<accum_t<T>*> dposition,
@@ -196,6 +212,33 @@ void Embedding<T>::embed(Kokkos::View<const std::int32_t*> ids, ActShape shape,
   ids_ = ids;
   shape_ = shape;
   saved_ = true;
+}
+
+template <class T>
+void Embedding<T>::decode_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                                 const ConstViews& params, Kokkos::View<T*> y,
+                                 DecodeStep<T>& step) {
+  const std::string who = "Embedding::decode_tokens";
+  if (shape.batch <= 0 || shape.seq <= 0 || shape.features != 1 || step.position < 0)
+    throw Error(who + ": ActShape batch=" + std::to_string(shape.batch) +
+                    ", seq=" + std::to_string(shape.seq) +
+                    ", features=" + std::to_string(shape.features) +
+                    " at position " + std::to_string(step.position),
+                "batch > 0, seq > 0, features = 1 (one id per row), position >= 0");
+  detail::check_size(who, "ids", ids.extent(0), shape.rows());
+  detail::check_size(who, "y", y.extent(0), shape.rows() * d_);
+  detail::check_param_views<T>(*this, who, params);
+  if (max_seq_ > 0 && step.position + shape.seq > max_seq_)
+    throw Error(who + ": tokens at positions up to " + std::to_string(step.position + shape.seq - 1),
+                "positions < max_seq=" + std::to_string(max_seq_) + " (the position table)");
+  check_ids(detail::embedding::count_bad_ids(ids, vocab_), vocab_);
+  release();
+  // The forward's lookup with the positions shifted by the cached tokens (a
+  // kernel of its own, so the training kernel stays as it is).
+  const bool pos = max_seq_ > 0;
+  detail::embedding::decode_forward<T>(ids, params[0],
+                                       pos ? params[1] : Kokkos::View<const T*>(), pos, y,
+                                       shape.rows(), shape.seq, d_, step.position);
 }
 
 template <class T>

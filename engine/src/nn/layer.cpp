@@ -52,6 +52,26 @@ void Layer<T>::forward_tokens(Kokkos::View<const std::int32_t*>, ActShape, const
 }
 
 template <class T>
+void Layer<T>::decode(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                      Kokkos::View<T*> y, DecodeStep<T>& step) {
+  (void)step;
+  if (!rows_independent())
+    throw Error(kind() + "::decode: this layer has no incremental decoding",
+                "layers whose rows are independent, attention layers (TransformerLayer, "
+                "LlamaLayer, CausalSelfAttention) and an Embedding first");
+  // Each row depends on its own input alone: the new rows are the forward's.
+  forward(x, shape, params, y);
+  release();
+}
+
+template <class T>
+void Layer<T>::decode_tokens(Kokkos::View<const std::int32_t*>, ActShape, const ConstViews&,
+                             Kokkos::View<T*>, DecodeStep<T>&) {
+  throw Error(kind() + "::decode_tokens: this layer takes features, not token ids",
+              "token ids only for a layer whose takes_token_ids() is true (Embedding)");
+}
+
+template <class T>
 void init_parameters(const Layer<T>& layer, const std::vector<Kokkos::View<T*>>& params,
                      std::uint64_t seed, const std::string& prefix) {
   const auto specs = layer.param_specs();

@@ -34,6 +34,14 @@ void LlamaLayer<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params
 }
 
 template <class T>
+void LlamaLayer<T>::decode(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                           Kokkos::View<T*> y, DecodeStep<T>& step) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  release();
+  block().decode(x, shape, params, y, step);
+}
+
+template <class T>
 void LlamaLayer<T>::release() {
   norm1_.release();
   attn_.release();

@@ -33,6 +33,23 @@ struct PreNormBlock {
     add<T>(x1, y, y);
   }
 
+  /// Incremental decoding: the forward's sums with the attention reading
+  /// and appending its cache (step); nothing kept (x1 is a pool block).
+  void decode(Kokkos::View<const T*> x, ActShape shape, const typename Layer<T>::ConstViews& p,
+              Kokkos::View<T*> y, DecodeStep<T>& step) const {
+    const std::int64_t n = shape.numel();
+    auto x1 = scratch<T>(n, "kshard::PreNormBlock::decode_x1");
+    {
+      auto h = scratch<T>(n, "kshard::PreNormBlock::h");
+      norm.decode(x, shape, subs.params(norm_name, p), h.view, step);
+      auto a = scratch<T>(n, "kshard::PreNormBlock::a");
+      attn.decode(h.view, shape, subs.params(attn_name, p), a.view, step);
+      add<T>(x, a.view, x1.view);
+    }
+    mlp.decode(x1.view, shape, subs.params(mlp_name, p), y, step);
+    add<T>(x1.view, y, y);
+  }
+
   /// x: the forward's input; grads +=, dx written.
   void backward(Kokkos::View<const T*> x, ActShape shape, Kokkos::View<const T*> dy,
                 const typename Layer<T>::ConstViews& p, const typename Layer<T>::GradViews& g,

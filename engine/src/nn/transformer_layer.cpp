@@ -38,6 +38,15 @@ void TransformerLayer<T>::backward(Kokkos::View<const T*> dy, const ConstViews& 
 }
 
 template <class T>
+void TransformerLayer<T>::decode(Kokkos::View<const T*> x, ActShape shape,
+                                 const ConstViews& params, Kokkos::View<T*> y,
+                                 DecodeStep<T>& step) {
+  detail::check_forward<T>(*this, x, shape, params, y);
+  release();
+  block().decode(x, shape, params, y, step);
+}
+
+template <class T>
 void TransformerLayer<T>::release() {
   ln1_.release();
   attn_.release();

@@ -12,11 +12,24 @@
 // Collective over `world`: every rank passes the same prompt and options and
 // gets the same tokens (rank 0's choice each step, so ranks never drift
 // apart). The model is any FsdpModel whose first layer takes token ids and
-// whose last one gives logits over the vocabulary; each step runs its forward
-// on the last `context` tokens (batch 1) and reads the last row's logits
-// through forward_chunks, so the [tokens, vocab] logits are never all kept.
-// There is no KV cache yet: step t costs one forward over min(t, context)
-// tokens (fine for looking at what a model learnt; slow for long outputs).
+// whose last one gives logits over the vocabulary. Each step's logits are
+// those of the last token after the last `context` tokens (positions counted
+// from the window's start, as the model was trained).
+//
+// With kv_cache (the default, for models that can_decode(): an Embedding,
+// TransformerLayer / LlamaLayer blocks, norms and a head) the prompt runs
+// once (prefill) and every attention layer keeps its keys and values
+// (FsdpModel::decode, KvCache); each new token then runs one row per sequence
+// through the model, attending over the cache: O(tokens so far) per token
+// instead of a forward over the whole window. Once the sequence is longer
+// than `context` the window moves by one token per step, which changes every
+// cached position (learned positions, RoPE angles), so each step past that
+// point prefills the new window again: the cost of the uncached path (one
+// forward over `context` tokens per token), not more. Without kv_cache (or a
+// model that cannot decode) each step runs the forward over the window and
+// reads the last row's logits through forward_chunks, so the [tokens, vocab]
+// logits are never all kept: the reference the cached path is tested
+// against. Both give the same logits up to f32 summation order.
 //
 // Choice of the next token from logits z (f32, on the host): greedy takes the
 // first index of the largest z; otherwise the top_k largest (ties by index)
@@ -38,6 +51,7 @@ struct GenerateOptions {
   int top_k = 0;             ///< 0: every token may be drawn
   std::uint64_t seed = 1;
   std::int64_t context = 0;  ///< most tokens per forward (0: the whole sequence so far)
+  bool kv_cache = true;      ///< incremental decoding with a key/value cache (see above)
 };
 
 /// The prompt's continuation (new_tokens ids). kshard::Error (on every rank)
@@ -46,6 +60,17 @@ std::vector<std::int32_t> generate(FsdpModel& model, const Communicator& world,
                                    const std::vector<std::int32_t>& prompt,
                                    const GenerateOptions& options,
                                    const std::function<void(std::int32_t)>& on_token = {});
+
+/// Batched generation: the continuations of equal-length prompts (one row
+/// each of a batch), as generate() above does for one; sequence b draws with
+/// its own generator seeded by seed + b, so sequence 0 is what the single-
+/// prompt call gives, and greedy decoding gives every sequence what it gets
+/// alone. on_token(b, t) for each new token of sequence b. kshard::Error (on
+/// every rank) for no prompts or prompts of different lengths, and as above.
+std::vector<std::vector<std::int32_t>> generate_batch(
+    FsdpModel& model, const Communicator& world,
+    const std::vector<std::vector<std::int32_t>>& prompts, const GenerateOptions& options,
+    const std::function<void(std::size_t, std::int32_t)>& on_token = {});
 
 /// The next token from one row of logits: greedy or drawn as described above.
 std::int32_t pick_token(const std::vector<float>& logits, const GenerateOptions& options,

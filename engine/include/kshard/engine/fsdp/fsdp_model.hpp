@@ -41,6 +41,7 @@
 
 #include "kshard/engine/nn/layer.hpp"
 #include "kshard/engine/nn/layer_def.hpp"
+#include "kshard/engine/fsdp/kv_cache.hpp"
 #include "kshard/engine/fsdp/memory_footprint.hpp"
 #include "kshard/engine/fsdp/recipe.hpp"
 #include "kshard/engine/fsdp/sharded_group.hpp"
@@ -82,6 +83,7 @@ struct LayerKindInfo {
   std::int64_t in_features = 0, out_features = 0;
   std::vector<ParamSpec> specs;
   bool takes_token_ids = false;
+  bool decodes = false;  // Layer::decodes()
 };
 }  // namespace detail
 
@@ -126,6 +128,27 @@ class FsdpModel {
   /// 0: one call with the whole output. Units stay unsharded as after forward().
   void forward_chunks(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                       const ChunkVisitor& visit);
+  /// Whether decode() can run this model: a first layer that takes token ids
+  /// (Embedding) and only layers that decode incrementally after it
+  /// (attention blocks, or layers whose rows are independent: Layer::decodes()).
+  bool can_decode() const;
+  /// Incremental decoding with a key/value cache (kv_cache.hpp), for
+  /// generation: runs shape.seq NEW tokens per sequence (ids [batch * seq],
+  /// sequence-major; shape.batch = cache.batch(), features 1) at positions
+  /// cache.length() .. through every unit, each attention layer appending
+  /// their keys and values to the cache and attending over all cached ones,
+  /// and returns the logits of each sequence's LAST new token, [batch,
+  /// out_features] f32, valid until the next decode or forward. A prefill is
+  /// a decode of the whole prompt into an empty cache, a step one of one
+  /// token. The last row of each sequence equals the forward's over all the
+  /// cached tokens (up to summation order); a rows-independent head runs on
+  /// those rows alone. Units are unsharded and resharded as forward() does
+  /// them (the same all-gathers, prefetch and reshard_after_forward), nothing
+  /// is kept for backward and any saved forward is dropped. kshard::Error
+  /// (before any collective) when !can_decode(), the batch differs from the
+  /// cache's or the tokens do not fit its capacity.
+  Kokkos::View<const float*> decode(KvCache& cache, Kokkos::View<const std::int32_t*> ids,
+                                    ActShape shape);
   /// Backward from dL/d(output) of the last forward (rounded to the compute dtype).
   void backward(Kokkos::View<const float*> dy, bool sync = true);
 

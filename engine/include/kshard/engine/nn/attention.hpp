@@ -89,6 +89,14 @@ class CausalSelfAttention final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  /// Incremental decoding (nn/decode_step.hpp): the new tokens' keys and
+  /// values (rotated, kv_heads heads) are appended to *step.kv at positions
+  /// step.position.., then each new query attends to every cached key up to
+  /// its own position (nn/cached_attention.hpp). The projections are the
+  /// forward's Linears; kshard::Error without a cache or past its capacity.
+  bool decodes() const override { return true; }
+  void decode(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+              Kokkos::View<T*> y, DecodeStep<T>& step) override;
   void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
   void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
   /// Points the saved forward input (the qkv projection's, the only user of

@@ -44,6 +44,11 @@ class Embedding final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  /// Incremental decoding: row r's position is step.position + r % seq
+  /// (position + seq <= max_seq), nothing saved.
+  bool decodes() const override { return true; }
+  void decode_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                     const ConstViews& params, Kokkos::View<T*> y, DecodeStep<T>& step) override;
 
  private:
   std::int64_t vocab_, d_, max_seq_;

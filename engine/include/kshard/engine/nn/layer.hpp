@@ -52,12 +52,21 @@
 //   GEMMs, so micro-batches accumulate without rounding to 16 bits.
 // - A layer that consumes token ids (Embedding) says so (takes_token_ids())
 //   and implements forward_tokens(); the model feeds it int32 ids.
+// - Incremental decoding (generation with a KV cache, FsdpModel::decode):
+//   decode() / decode_tokens() compute what forward() would for the rows of
+//   a few NEW tokens per sequence that follow step.position cached ones
+//   (nn/decode_step.hpp), keep nothing for backward and drop any saved
+//   forward. Rows-independent layers need nothing more (the default runs
+//   forward() and release()); attention layers read and append their cache;
+//   the Embedding adds the position table at the tokens' positions. A layer
+//   that can do this says so (decodes()).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/engine/nn/decode_step.hpp"
 #include "kshard/engine/nn/fp8_policy.hpp"
 #include "kshard/engine/nn/init.hpp"
 #include "kshard/core/buffer_pool.hpp"
@@ -110,6 +119,19 @@ class Layer {
                               const ConstViews& params, Kokkos::View<T*> y);
   /// Drops the saved forward (activation buffers stay allocated for reuse).
   virtual void release() {}
+  /// Whether decode() (or decode_tokens()) works: rows-independent layers,
+  /// attention layers and the Embedding.
+  virtual bool decodes() const { return rows_independent(); }
+  /// Incremental decoding on shape.seq new tokens per sequence (see above):
+  /// x [rows, in_features], y [rows, out_features] written, nothing saved.
+  /// The default (rows-independent layers) is forward() then release();
+  /// otherwise kshard::Error.
+  virtual void decode(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+                      Kokkos::View<T*> y, DecodeStep<T>& step);
+  /// decode() on int32 token ids (a layer that takes_token_ids()); the
+  /// default is kshard::Error.
+  virtual void decode_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                             const ConstViews& params, Kokkos::View<T*> y, DecodeStep<T>& step);
   /// True when every output row depends on the same input row alone (Linear,
   /// LayerNorm, an MLP; not attention), so forward + backward over consecutive
   /// row ranges, one after the other, equal one pass over all rows (the

@@ -51,6 +51,11 @@ class LlamaLayer final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  /// Incremental decoding: the block's sums with its attention's decode
+  /// (nn/decode_step.hpp); drops any saved forward.
+  bool decodes() const override { return true; }
+  void decode(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+              Kokkos::View<T*> y, DecodeStep<T>& step) override;
   /// Kept: the input, the packed q/k/v (3), the context, x1, the gate/up
   /// output (2 ffn / d); plus the backward's per-token scratch at the peak.
   double saved_elements_per_row() const override {

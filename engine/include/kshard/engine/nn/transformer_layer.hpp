@@ -44,6 +44,11 @@ class TransformerLayer final : public Layer<T> {
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
+  /// Incremental decoding: the block's sums with its attention's decode
+  /// (nn/decode_step.hpp); drops any saved forward.
+  bool decodes() const override { return true; }
+  void decode(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
+              Kokkos::View<T*> y, DecodeStep<T>& step) override;
   /// Kept from forward to backward: the input, q/k/v (3), the attention
   /// context, the residual sum, the MLP's pre-activation (4): 10 x width;
   /// plus, while this block's backward runs, its per-token scratch (rebuilt
