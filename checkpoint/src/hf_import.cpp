@@ -170,51 +170,42 @@ void import_hf(FsdpModel& model, const HfConfig& config, const fs::path& dir) {
 
   // Every rank reads the elements of its own shards; nothing is set before
   // all of them are read.
-  std::vector<std::vector<float>> staging(model.num_units());
+  std::vector<std::vector<float>> staging;
   run_agreed(world, [&] {
     std::map<const WeightFile*, detail::File> open;
     for (const WeightFile& f : files) open.emplace(&f, detail::File::open_read(f.path));
     std::vector<char> buf;
     std::vector<float> whole;
-    for (std::size_t u = 0; u < model.num_units(); ++u) {
-      const ShardedGroup& g = model.group(u);
-      const ParamIndex& idx = g.index();
-      const std::int64_t first = idx.shard_range(g.shard_rank()).first;
-      staging[u].assign(std::size_t(idx.shard_numel()), 0.f);
-      for (std::size_t i = 0; i < idx.size(); ++i) {
-        const ParamEntry& e = idx.entry(i);
-        const std::int64_t rows = e.shape.empty() ? 1 : e.shape[0];
-        const std::int64_t cols = rows ? e.numel / rows : 0;
-        for (const auto& pc : idx.pieces_in_shard(i, g.shard_rank())) {
-          float* dst = staging[u].data() + (pc.flat_begin - first);
-          for (const Placed& pl : placed[u][i]) {
-            const SafetensorsTensor& t = *pl.src.tensor;
-            detail::File& f = open.at(pl.src.file);
-            const std::int64_t es = std::int64_t(dtype_size(t.dtype));
-            const std::int64_t base = pl.src.file->header.data_start + t.begin;
-            const std::int64_t p0 = pl.piece.row_begin * cols, p1 = pl.piece.row_end * cols;
-            const std::int64_t lo = std::max(p0, pc.param_begin), hi = std::min(p1, pc.param_begin + pc.count);
-            if (lo >= hi) continue;
-            if (!pl.piece.transpose) {  // the same row-major order: one contiguous read
-              buf.resize(std::size_t((hi - lo) * es));
-              f.pread_all(buf.data(), buf.size(), base + (lo - p0) * es);
-              detail::decode_to_f32(buf.data(), t.dtype, hi - lo, dst + (lo - pc.param_begin));
-              continue;
-            }
-            // A Conv1D weight [in = cols, out = nr]: read whole, pick (r, c) at c * nr + r.
-            const std::int64_t nr = pl.piece.row_end - pl.piece.row_begin, n = nr * cols;
-            buf.resize(std::size_t(n * es));
-            f.pread_all(buf.data(), buf.size(), base);
-            whole.resize(std::size_t(n));
-            detail::decode_to_f32(buf.data(), t.dtype, n, whole.data());
-            for (std::int64_t k = lo; k < hi; ++k) {
-              const std::int64_t r = k / cols - pl.piece.row_begin, c = k % cols;
-              dst[k - pc.param_begin] = whole[std::size_t(c * nr + r)];
-            }
-          }
+    staging = detail::read_shards(model, [&](std::size_t u, std::size_t i, const ParamIndex::Piece& pc, float* dst) {
+      const ParamEntry& e = model.group(u).index().entry(i);
+      const std::int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+      const std::int64_t cols = rows ? e.numel / rows : 0;
+      for (const Placed& pl : placed[u][i]) {
+        const SafetensorsTensor& t = *pl.src.tensor;
+        detail::File& f = open.at(pl.src.file);
+        const std::int64_t es = std::int64_t(dtype_size(t.dtype));
+        const std::int64_t base = pl.src.file->header.data_start + t.begin;
+        const std::int64_t p0 = pl.piece.row_begin * cols, p1 = pl.piece.row_end * cols;
+        const std::int64_t lo = std::max(p0, pc.param_begin), hi = std::min(p1, pc.param_begin + pc.count);
+        if (lo >= hi) continue;
+        if (!pl.piece.transpose) {  // the same row-major order: one contiguous read
+          buf.resize(std::size_t((hi - lo) * es));
+          f.pread_all(buf.data(), buf.size(), base + (lo - p0) * es);
+          detail::decode_to_f32(buf.data(), t.dtype, hi - lo, dst + (lo - pc.param_begin));
+          continue;
+        }
+        // A Conv1D weight [in = cols, out = nr]: read whole, pick (r, c) at c * nr + r.
+        const std::int64_t nr = pl.piece.row_end - pl.piece.row_begin, n = nr * cols;
+        buf.resize(std::size_t(n * es));
+        f.pread_all(buf.data(), buf.size(), base);
+        whole.resize(std::size_t(n));
+        detail::decode_to_f32(buf.data(), t.dtype, n, whole.data());
+        for (std::int64_t k = lo; k < hi; ++k) {
+          const std::int64_t r = k / cols - pl.piece.row_begin, c = k % cols;
+          dst[k - pc.param_begin] = whole[std::size_t(c * nr + r)];
         }
       }
-    }
+    });
   });
   detail::set_master_shards(model, staging);
 }

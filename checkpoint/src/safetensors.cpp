@@ -106,6 +106,20 @@ void detail::decode_to_f32(const char* src, DType dtype, std::int64_t n, float* 
   }
 }
 
+std::vector<std::vector<float>> detail::read_shards(const FsdpModel& model, const ShardFill& fill) {
+  std::vector<std::vector<float>> staging(model.num_units());
+  for (std::size_t u = 0; u < model.num_units(); ++u) {
+    const ShardedGroup& g = model.group(u);
+    const ParamIndex& idx = g.index();
+    const std::int64_t first = idx.shard_range(g.shard_rank()).first;
+    staging[u].assign(std::size_t(idx.shard_numel()), 0.f);
+    for (std::size_t i = 0; i < idx.size(); ++i)
+      for (const auto& pc : idx.pieces_in_shard(i, g.shard_rank()))
+        fill(u, i, pc, staging[u].data() + (pc.flat_begin - first));
+  }
+  return staging;
+}
+
 void detail::set_master_shards(FsdpModel& model, const std::vector<std::vector<float>>& staging) {
   for (std::size_t u = 0; u < model.num_units(); ++u) {
     ShardedGroup& g = model.group(u);
@@ -362,25 +376,17 @@ void import_safetensors(FsdpModel& model, const fs::path& file) {
       }
   });
 
-  std::vector<std::vector<float>> staging(model.num_units());
+  std::vector<std::vector<float>> staging;
   run_agreed(world, [&] {
     detail::File f = detail::File::open_read(file);
     std::vector<char> buf;
-    for (std::size_t u = 0; u < model.num_units(); ++u) {
-      const ShardedGroup& g = model.group(u);
-      const ParamIndex& idx = g.index();
-      const std::int64_t first = idx.shard_range(g.shard_rank()).first;
-      staging[u].assign(std::size_t(idx.shard_numel()), 0.f);
-      for (std::size_t i = 0; i < idx.size(); ++i) {
-        const SafetensorsTensor& t = *h.find(tensor_name(g, i));
-        const std::int64_t es = std::int64_t(dtype_size(t.dtype));
-        for (const auto& pc : idx.pieces_in_shard(i, g.shard_rank())) {
-          buf.resize(std::size_t(pc.count * es));
-          f.pread_all(buf.data(), buf.size(), h.data_start + t.begin + pc.param_begin * es);
-          detail::decode_to_f32(buf.data(), t.dtype, pc.count, staging[u].data() + (pc.flat_begin - first));
-        }
-      }
-    }
+    staging = detail::read_shards(model, [&](std::size_t u, std::size_t i, const ParamIndex::Piece& pc, float* dst) {
+      const SafetensorsTensor& t = *h.find(tensor_name(model.group(u), i));
+      const std::int64_t es = std::int64_t(dtype_size(t.dtype));
+      buf.resize(std::size_t(pc.count * es));
+      f.pread_all(buf.data(), buf.size(), h.data_start + t.begin + pc.param_begin * es);
+      detail::decode_to_f32(buf.data(), t.dtype, pc.count, dst);
+    });
   });
 
   detail::set_master_shards(model, staging);

@@ -41,6 +41,13 @@ void write_safetensors(FsdpModel& model, const std::filesystem::path& file, DTyp
 void decode_to_f32(const char* src, DType dtype, std::int64_t n, float* dst);
 /// safetensors' name of a dtype ("F32", "BF16", ...).
 const char* safetensors_dtype_name(DType dtype);
+/// Reads every unit's shard of this rank: fill(unit, entry, piece, dst) for
+/// each piece of parameter `entry` that the shard holds, dst pointing where
+/// the piece's first element goes; padding stays zero. Local.
+using ShardFill = std::function<void(std::size_t unit, std::size_t entry, const ParamIndex::Piece& piece,
+                                     float* dst)>;
+std::vector<std::vector<float>> read_shards(const FsdpModel& model, const ShardFill& fill);
+
 /// Sets each unit's f32 master shard to staging[unit] (the shard's elements)
 /// and re-derives the low-precision copies. Local (no communication).
 void set_master_shards(FsdpModel& model, const std::vector<std::vector<float>>& staging);
