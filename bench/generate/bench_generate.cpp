@@ -4,7 +4,7 @@
 // transformers' generate() on the same folder.
 //
 //   kshard-bench-generate --hf DIR [--recipe bf16] [--batch 1,16] [--prompt-len 128]
-//                         [--new 128] [--repeats 3] [--no-kv-cache]
+//                         [--new 128] [--repeats 3] [--no-kv-cache] [--no-keep-shard]
 //
 // Each figure is the median over --repeats calls after one warm-up call;
 // Kokkos::fence() around each. tokens_per_s = batch x new / seconds (the
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   kshard::Session session(argc, argv);
   std::string dir, recipe = "bf16", batches = "1,16";
   int prompt_len = 128, new_tokens = 128, repeats = 3;
-  bool no_cache = false;
+  bool no_cache = false, no_keep = false;
   po::options_description desc("kshard-bench-generate");
   desc.add_options()("help", "this text")("hf", po::value(&dir)->required(), "Hugging Face model folder")(
       "recipe", po::value(&recipe)->default_value(recipe), "fp32 | bf16 (the compute dtype)")(
@@ -67,7 +67,10 @@ int main(int argc, char** argv) {
       "prompt-len", po::value(&prompt_len)->default_value(prompt_len), "prompt tokens per sequence")(
       "new", po::value(&new_tokens)->default_value(new_tokens), "generated tokens per sequence")(
       "repeats", po::value(&repeats)->default_value(repeats), "timed calls per batch size")(
-      "no-kv-cache", po::bool_switch(&no_cache), "recompute the window for every token");
+      "no-kv-cache", po::bool_switch(&no_cache), "recompute the window for every token")(
+      "no-keep-shard", po::bool_switch(&no_keep),
+      "cast the f32 master to the compute dtype at every unshard (default: keep the 16-bit copy, "
+      "FsdpOptions::keep_low_precision_shard, as an inference server would)");
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -85,6 +88,9 @@ int main(int argc, char** argv) {
     c.max_positions = prompt_len + new_tokens;  // the window: every token sees the whole sequence
     kshard::FsdpOptions o;
     o.tie_word_embeddings = c.tie_word_embeddings;
+    // Generation reads every weight once per token: a cast of the f32 master
+    // per unshard would cost more than the step itself at batch 1.
+    o.keep_low_precision_shard = !no_keep && recipe != "fp32";
     kshard::DeviceMesh mesh(world, {world.size()}, {"shard"});
     kshard::FsdpModel model(mesh, kshard::hf_layers(c), kshard::Recipe::parse(recipe), o);
     const auto t_load = Clock::now();
@@ -119,6 +125,7 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"side", "kshard"},
                           {"recipe", recipe},
                           {"kv_cache", !no_cache},
+                          {"keep_shard", o.keep_low_precision_shard},
                           {"batch", batch},
                           {"prompt", prompt_len},
                           {"new", new_tokens},
