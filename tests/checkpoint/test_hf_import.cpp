@@ -97,7 +97,7 @@ BOOST_AUTO_TEST_CASE(export_then_import_is_exact) {
     std::size_t shards = 0;
     for (const auto& f : fs::directory_iterator(sh)) shards += f.path().filename().string().rfind("model-", 0) == 0;
     const nlohmann::json index = nlohmann::json::parse(std::ifstream(sh / "model.safetensors.index.json"));
-    KSHARD_CHECK_ALL_MSG(shards > 2 && index["weight_map"]["model.norm.weight"].is_string() == (c.model_type == "llama"),
+    KSHARD_CHECK_ALL_MSG(shards > 2 && index["weight_map"].contains("model.norm.weight") == (c.model_type == "llama"),
                          name + ": " + std::to_string(shards) + " shard files");
     kshard::export_hf(*a, c, sh);
     std::size_t left = 0;
