@@ -264,6 +264,13 @@ int run(kshard::Session& session, int argc, char** argv) {
   const TrainOptions& o = parsed.options;
   const bool root = rank == 0;
   const kshard::Communicator& world = session.world();
+  // The shape may come from --init-from's config.json, read by every rank:
+  // ranks that saw different files must not build different models.
+  kshard::agree_same(world, "the model's shape (flags, or --init-from's config.json)",
+                     {{"--arch llama", o.arch == "llama"}, {"--vocab", o.vocab}, {"--width", o.width},
+                      {"--layers", o.layers}, {"--heads", o.heads}, {"--kv-heads", o.kv_heads},
+                      {"--ffn-hidden", o.ffn_hidden}, {"--tie-embeddings", o.tie_embeddings}},
+                     "one model on every rank (the same flags and files everywhere)");
 
   std::vector<std::string> names =
       o.mesh.size() == 2 ? std::vector<std::string>{"replicate", "shard"}

@@ -1,8 +1,11 @@
 #include "train_options.hpp"
 
+#include "kshard/checkpoint/hf_config.hpp"
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -199,8 +202,8 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
     ("init-from", po::value<std::string>(&o.init_from),
      "start from these weights only (no optimizer state, step 0): a checkpoint's step-N "
      "directory, a .safetensors file, or a Hugging Face model directory (config.json + "
-     "model.safetensors, as --export-hf or transformers' save_pretrained write them; its "
-     "config must match --arch and the size flags)")
+     "model.safetensors, as --export-hf or transformers' save_pretrained write them; --arch "
+     "and the size flags left out come from its config.json, those given must match it)")
     ("export", po::value<std::string>(&o.export_path),
      "after the last step, write the model as one safetensors file FILE")
     ("export-hf", po::value<std::string>(&o.export_hf),
@@ -245,6 +248,28 @@ ParsedOptions parse_options(int argc, char** argv, int world_size) {
   o.reshard_after_forward = !no_reshard;
   o.data_dtype = data_dtype;
   o.seed = parse_seed(seed);
+  // --init-from a Hugging Face folder: the model's shape flags left out of
+  // the command line come from its config.json, so fine-tuning a local model
+  // needs only --init-from; flags given must agree (import_hf names the
+  // field that does not). A config kshard cannot build is a kshard::Error.
+  if (!o.init_from.empty() && std::filesystem::exists(std::filesystem::path(o.init_from) / "config.json")) {
+    const kshard::HfConfig c = kshard::read_hf_config(o.init_from);
+    const auto from_config = [&](const char* flag, auto& field, auto value) {
+      if (vm[flag].defaulted()) field = static_cast<std::decay_t<decltype(field)>>(value);
+    };
+    from_config("arch", o.arch, c.model_type);
+    from_config("vocab", o.vocab, c.vocab);
+    from_config("width", o.width, c.hidden);
+    from_config("layers", o.layers, c.layers);
+    from_config("heads", o.heads, c.heads);
+    from_config("ffn-hidden", o.ffn_hidden, c.intermediate);
+    from_config("norm-eps", o.norm_eps, c.norm_eps);
+    if (c.model_type == "llama" && o.arch == "llama") {  // not into an explicit --arch gpt2
+      from_config("kv-heads", o.kv_heads, c.kv_heads);
+      from_config("rope-theta", o.rope_theta, c.rope_theta);
+    }
+    from_config("tie-embeddings", o.tie_embeddings, c.tie_word_embeddings);
+  }
   check_range("layers", o.layers, 1, 4096);
   check_range("width", o.width, 1, 1 << 16);
   check_range("heads", o.heads, 1, 1 << 16);

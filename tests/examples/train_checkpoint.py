@@ -232,8 +232,10 @@ def test_export(a):
         hf = os.path.join(d, "hf-" + arch)
         out = run_ok(a, f"{MODEL} {flags} {ev} --eval-every 3 --steps 3 {COSINE} --export-hf {hf}")
         final = rt.eval_losses(out)[-1]
-        for np, extra in ((1, ""), (4, "--mesh 2x2")):
-            out = run_ok(a, f"{MODEL} {flags} {ev} --eval-only --init-from {hf} {extra}", np=np)
+        # On 2x2 without the arch flags: --arch, --kv-heads, --rope-theta and
+        # --tie-embeddings come from the folder's config.json.
+        for np, extra in ((1, flags), (4, "--mesh 2x2")):
+            out = run_ok(a, f"{MODEL} {ev} --eval-only --init-from {hf} {extra}", np=np)
             expect(re.search(r"^initialised from \S+ +\(Hugging Face ", out, re.M),
                    f"--init-from {hf}: no 'initialised from ... (Hugging Face ...)' line")
             e = rt.eval_losses(out)
@@ -353,8 +355,8 @@ def test_bad(a):
         f"{shard}::{MODEL} --init-from {step}",
         f"{shard}::{MODEL} --resume {sd}",
         f"{shard}::{MODEL} --resume {step}",
-        f"num_key_value_heads is 1 but the model's is 2::{MODEL} --arch llama --init-from {hf}",
-        f"model_type is llama but the model's is gpt2::{MODEL} --tie-embeddings --init-from {hf}",
+        f"num_key_value_heads is 1 but the model's is 2::{MODEL} --arch llama --kv-heads 2 --init-from {hf}",
+        f"model_type is llama but the model's is gpt2::{MODEL} --arch gpt2 --tie-embeddings --init-from {hf}",
         f"model_type is 'mistral'::{MODEL} {llama} --init-from {hf_mistral}",
     ]
     failures = []
