@@ -382,6 +382,42 @@ BOOST_AUTO_TEST_CASE(bf16_kv_cache_greedy_tokens_equal_the_recompute) {
   }
 }
 
+// Sampling in the middle of training (as nanoGPT-style loops do every N
+// steps) leaves nothing behind: a training step after generate (cached and
+// uncached) gives the loss and gradient shards of one without it, bitwise.
+BOOST_AUTO_TEST_CASE(training_continues_after_generate) {
+  const auto& world = kt::world();
+  std::vector<std::int32_t> ids, next;
+  for (int i = 0; i < 2 * int(kDecContext); ++i) ids.push_back((i * 7 + 3) % int(kDecVocab));
+  for (std::size_t i = 0; i < ids.size(); ++i) next.push_back(ids[(i + 1) % ids.size()]);
+  for (const DecodeModel& m : kDecodeModels) {
+    std::vector<double> losses;
+    std::vector<std::vector<float>> grads;
+    for (int mode = 0; mode < 3; ++mode) {  // no generate, cached, uncached
+      kshard::FsdpModel model = decode_model(world, m);
+      if (mode > 0) {
+        kshard::GenerateOptions g;
+        g.new_tokens = 5;
+        g.context = kDecContext;
+        g.kv_cache = mode == 1;
+        kshard::generate(model, world, {3, 17, 5}, g);
+      }
+      model.zero_grad();
+      losses.push_back(model.forward_backward_ce(device_ids(ids), {2, kDecContext, 1}, device_ids(next)));
+      model.prepare_optimizer_step();  // settles every gradient shard
+      std::vector<float> all;
+      for (std::size_t u = 0; u < model.num_units(); ++u) {
+        auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.group(u).grad());
+        all.insert(all.end(), h.data(), h.data() + h.extent(0));
+      }
+      grads.push_back(all);
+    }
+    KSHARD_CHECK_ALL_MSG(losses[1] == losses[0] && losses[2] == losses[0] && grads[1] == grads[0] &&
+                             grads[2] == grads[0],
+                         std::string(m.name) + ": a step after generate differs from one without");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(bad_kv_cache_use_is_an_error_on_every_rank) {
   const auto& world = kt::world();
   kshard::FsdpModel model = decode_model(world, kDecodeModels[0]);
