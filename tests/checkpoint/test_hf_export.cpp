@@ -112,14 +112,11 @@ BOOST_AUTO_TEST_CASE(export_hf_for_python) {
                      fs::exists(dir / cs.name / "model.safetensors.index.json") == sharded &&
                      !fs::exists(dir / cs.name / "model.safetensors.partial"));
     if (kt::world_rank() == 0) {
-      std::ofstream(dir / cs.name / "ids.i32", std::ios::binary)
-          .write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 4));
-      std::ofstream(dir / cs.name / "logits.f32", std::ios::binary)
-          .write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.extent(0) * 4));
+      hf_test::write_raw(dir / cs.name / "ids.i32", ids.data(), ids.size());
+      hf_test::write_raw(dir / cs.name / "logits.f32", logits.data(), std::size_t(logits.extent(0)));
       std::ofstream(dir / cs.name / "batch.json") << "{\"batch\": " << kBatch << ", \"seq\": " << kSeq
                                                   << ", \"prompt\": 3}\n";
-      std::ofstream(dir / cs.name / "greedy.i32", std::ios::binary)
-          .write(reinterpret_cast<const char*>(gen.data()), std::streamsize(gen.size() * 4));
+      hf_test::write_raw(dir / cs.name / "greedy.i32", gen.data(), gen.size());
     }
   }
 }

@@ -248,19 +248,22 @@ class FsdpCore final : public FsdpCoreBase {
       use_a = !use_a;
     }
     cache.advance(seq);
-    // The logits of each sequence's last token, as f32.
+    // The logits of each sequence's last token (a head whose rows are not
+    // independent ran on every row), as f32: f32 logits are returned as they
+    // are, valid until the next call, like output_f32().
     const std::int64_t width = s.features;
-    auto out = window(dec_out_f32_, batch * width, "kshard.fsdp.decode_out");
-    if (s.seq == 1) {
-      if constexpr (std::is_same_v<T, float>) Kokkos::deep_copy(out, cur);
-      else cast_to_f32<T>(cur, out);
-    } else {
+    if (s.seq != 1) {
       auto last = window(dec_last_, batch * width, "kshard.fsdp.decode_last");
       take_last_rows<T>(cur, last, batch, s.seq, width);
-      if constexpr (std::is_same_v<T, float>) Kokkos::deep_copy(out, last);
-      else cast_to_f32<T>(last, out);
+      cur = last;
     }
-    return out;
+    if constexpr (std::is_same_v<T, float>) {
+      return cur;
+    } else {
+      auto out = window(dec_out_f32_, batch * width, "kshard.fsdp.decode_out");
+      cast_to_f32<T>(cur, out);
+      return out;
+    }
   }
 
   void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,

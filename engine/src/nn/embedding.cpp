@@ -14,35 +14,21 @@ namespace kshard {
 
 namespace detail::embedding {
 
+// Row r holds the token at position first + r % seq: first is 0 in training,
+// the cached tokens' count in incremental decoding.
 template <class T>
 void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weight,
              Kokkos::View<const T*> position, bool use_position, Kokkos::View<T*> y,
-             std::int64_t rows, std::int64_t seq, std::int64_t d) {
+             std::int64_t rows, std::int64_t seq, std::int64_t d, std::int64_t first = 0) {
   compat::for_each_row(
       "kshard::embedding_forward", rows, d, KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
         const std::int64_t i = r * d + c;
         const std::int64_t id = ids(r);
         if (use_position)
           y(i) = from_accum<T>(to_accum(weight(id * d + c)) +
-                               to_accum(position((r % seq) * d + c)));
+                               to_accum(position((first + r % seq) * d + c)));
         else
           y(i) = weight(id * d + c);
-      });
-}
-
-// forward() for tokens at positions first + r % seq (incremental decoding).
-template <class T>
-void decode_forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weight,
-                    Kokkos::View<const T*> position, bool use_position, Kokkos::View<T*> y,
-                    std::int64_t rows, std::int64_t seq, std::int64_t d, std::int64_t first) {
-  compat::for_each_row(
-      "kshard::embedding_decode", rows, d, KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
-        const std::int64_t id = ids(r);
-        if (use_position)
-          y(r * d + c) = from_accum<T>(to_accum(weight(id * d + c)) +
-                                       to_accum(position((first + r % seq) * d + c)));
-        else
-          y(r * d + c) = weight(id * d + c);
       });
 }
 
@@ -233,12 +219,10 @@ void Embedding<T>::decode_tokens(Kokkos::View<const std::int32_t*> ids, ActShape
                 "positions < max_seq=" + std::to_string(max_seq_) + " (the position table)");
   check_ids(detail::embedding::count_bad_ids(ids, vocab_), vocab_);
   release();
-  // The forward's lookup with the positions shifted by the cached tokens (a
-  // kernel of its own, so the training kernel stays as it is).
+  // The forward's lookup with the positions shifted by the cached tokens.
   const bool pos = max_seq_ > 0;
-  detail::embedding::decode_forward<T>(ids, params[0],
-                                       pos ? params[1] : Kokkos::View<const T*>(), pos, y,
-                                       shape.rows(), shape.seq, d_, step.position);
+  detail::embedding::forward<T>(ids, params[0], pos ? params[1] : Kokkos::View<const T*>(), pos, y,
+                                shape.rows(), shape.seq, d_, step.position);
 }
 
 template <class T>
