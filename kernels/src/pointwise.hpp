@@ -53,6 +53,28 @@ KOKKOS_INLINE_FUNCTION A gelu_slope(A v) {
   return p.s + A(2) * v * p.s * one_minus_s * c * (A(1) + A(3 * 0.044715) * v * v);
 }
 
+/// sigmoid(a) = 1 / (1 + exp(-a)) (the precise exp: SwiGLU's kernels are
+/// memory-bound, and the portable and CUDA paths then give the same bits).
+template <class A>
+KOKKOS_INLINE_FUNCTION A sigmoid(A a) {
+  return A(1) / (A(1) + compat::exp(-a));
+}
+
+/// SwiGLU of one (gate a, up b) pair: silu(a) * b = a * sigmoid(a) * b.
+template <class A>
+KOKKOS_INLINE_FUNCTION A swiglu(A a, A b) {
+  return a * sigmoid(a) * b;
+}
+
+/// Its gradients for the output gradient g: da = g * b * silu'(a) with
+/// silu'(a) = s (1 + a (1 - s)), s = sigmoid(a); db = g * silu(a).
+template <class A>
+KOKKOS_INLINE_FUNCTION void swiglu_grads(A a, A b, A g, A& da, A& db) {
+  const A s = sigmoid(a);
+  da = g * b * s * (A(1) + a * (A(1) - s));
+  db = g * a * s;
+}
+
 /// The gradient statistics of one written value: its square into `squares`
 /// when finite, else one more into `nonfinite`.
 KOKKOS_INLINE_FUNCTION void tally(float v, double& squares, double& nonfinite) {

@@ -1,4 +1,4 @@
-// The flat element-wise passes (cast_from_f32, GELU forward / backward, the
+// The flat element-wise passes (cast_from_f32, GELU and SwiGLU forward / backward, the
 // residual add, accumulate_with_stats) and the column sums of the bias
 // gradients (accumulate_column_sums) against host loops computing the same
 // formula element by element. On CUDA these run the backend's vectorized
@@ -15,6 +15,7 @@
 
 #include "kshard/kernels/cast.hpp"
 #include "kshard/kernels/gelu.hpp"
+#include "kshard/kernels/swiglu.hpp"
 #include "kshard/engine/nn/layer.hpp"
 #include "layer_test_util.hpp"
 
@@ -128,6 +129,45 @@ void check_compute_type() {
     }
 }
 
+// SwiGLU over rows of [a | b]: widths h that are whole 8-element chunks (the
+// CUDA backend's vector path) and not (its scalar path), one row and several,
+// views 0 or 1 elements into their allocation. Reference in double from the
+// T-rounded inputs; bound as GELU's: T's rounding of the result plus a few
+// units of accum_t<T> times the size of the formula's terms.
+template <class T>
+void check_swiglu() {
+  std::mt19937_64 rng(17);
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{1, 8}, {3, 7}, {5, 16}, {4, 88}, {2, 1001}, {3, 264}};
+  for (const auto& [rows, h] : shapes)
+    for (const std::int64_t off : {std::int64_t(0), std::int64_t(1)}) {
+      const std::int64_t n = rows * h;
+      const HostVec x = rounded<T>(random_vec(std::size_t(2 * n), rng, -6.0, 6.0));
+      const HostVec g = rounded<T>(random_vec(std::size_t(n), rng, -2.0, 2.0));
+      auto dx_in = window<T>(off, 2 * n, x), dg = window<T>(off, n, g);
+      auto y = window<T>(off, n, HostVec(std::size_t(n), 0.0));
+      auto dx = window<T>(off, 2 * n, HostVec(std::size_t(2 * n), 0.0));
+      detail::swiglu_forward<T>(dx_in, y, rows, h);
+      detail::swiglu_backward<T>(dx_in, dg, dx, rows, h);
+      const HostVec got_y = to_host(y), got_dx = to_host(dx);
+      int bad_y = 0, bad_dx = 0;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t j = 0; j < h; ++j) {
+          const double a = x[std::size_t(r * 2 * h + j)], b = x[std::size_t(r * 2 * h + h + j)];
+          const double gi = g[std::size_t(r * h + j)];
+          const double s = 1.0 / (1.0 + std::exp(-a));
+          const double want_y = a * s * b;
+          const double want_da = gi * b * s * (1 + a * (1 - s)), want_db = gi * a * s;
+          const double ty = std::abs(a * b) * (1 + std::abs(a));
+          const double td = std::abs(gi) * (std::abs(b) * (1 + std::abs(a)) * (1 + std::abs(a)) + std::abs(a));
+          bad_y += !(std::abs(got_y[std::size_t(r * h + j)] - want_y) <= gelu_bound<T>(want_y, ty) + 1e-30);
+          bad_dx += !(std::abs(got_dx[std::size_t(r * 2 * h + j)] - want_da) <= gelu_bound<T>(want_da, td) + 1e-30);
+          bad_dx += !(std::abs(got_dx[std::size_t(r * 2 * h + h + j)] - want_db) <= gelu_bound<T>(want_db, td) + 1e-30);
+        }
+      BOOST_TEST(bad_y == 0, "swiglu_forward rows=" << rows << " h=" << h << " offset=" << off);
+      BOOST_TEST(bad_dx == 0, "swiglu_backward rows=" << rows << " h=" << h << " offset=" << off);
+    }
+}
+
 template <class T>
 void check_storage_type() {
   std::mt19937_64 rng(13);
@@ -226,6 +266,10 @@ BOOST_AUTO_TEST_CASE(add_and_gelu_float) { check_compute_type<float>(); }
 BOOST_AUTO_TEST_CASE(add_and_gelu_double) { check_compute_type<double>(); }
 BOOST_AUTO_TEST_CASE(add_and_gelu_bf16) { check_compute_type<bfloat16_t>(); }
 BOOST_AUTO_TEST_CASE(add_and_gelu_f16) { check_compute_type<float16_t>(); }
+BOOST_AUTO_TEST_CASE(swiglu_float) { check_swiglu<float>(); }
+BOOST_AUTO_TEST_CASE(swiglu_double) { check_swiglu<double>(); }
+BOOST_AUTO_TEST_CASE(swiglu_bf16) { check_swiglu<bfloat16_t>(); }
+BOOST_AUTO_TEST_CASE(swiglu_f16) { check_swiglu<float16_t>(); }
 BOOST_AUTO_TEST_CASE(cast_and_grad_stats_float) { check_storage_type<float>(); }
 BOOST_AUTO_TEST_CASE(cast_and_grad_stats_bf16) { check_storage_type<bfloat16_t>(); }
 BOOST_AUTO_TEST_CASE(cast_and_grad_stats_f16) { check_storage_type<float16_t>(); }

@@ -99,6 +99,66 @@ struct GeluBackwardOp {
   }
 };
 
+// SwiGLU over rows of [a | b]: chunk e of the output (y is [rows, h]) lies in
+// one row when h is a multiple of kV (run_rows checks), so its a and b are
+// 8 consecutive elements each, h apart.
+template <class T>
+struct SwigluForwardOp {
+  const T* x;
+  T* y;
+  std::int64_t h;
+  __device__ std::int64_t input_of(std::int64_t e) const {
+    const std::int64_t r = e / h;
+    return e + r * h;  // r * 2h + (e - r * h)
+  }
+  __device__ void chunk(std::int64_t e) const {
+    const std::int64_t ia = input_of(e);
+    const Vec<T> a = load8(x + ia);
+    const Vec<T> b = load8(x + ia + h);
+    Vec<T> o;
+#pragma unroll
+    for (int k = 0; k < kV; ++k)
+      o.v[k] = from_accum<T>(pointwise::swiglu(to_accum(a.v[k]), to_accum(b.v[k])));
+    store8(y + e, o);
+  }
+  __device__ void one(std::int64_t i) const {
+    const std::int64_t ia = input_of(i);
+    y[i] = from_accum<T>(pointwise::swiglu(to_accum(x[ia]), to_accum(x[ia + h])));
+  }
+};
+
+template <class T>
+struct SwigluBackwardOp {
+  const T* x;
+  const T* dy;
+  T* dx;
+  std::int64_t h;
+  __device__ std::int64_t input_of(std::int64_t e) const { return e + (e / h) * h; }
+  __device__ void chunk(std::int64_t e) const {
+    const std::int64_t ia = input_of(e);
+    const Vec<T> a = load8(x + ia);
+    const Vec<T> b = load8(x + ia + h);
+    const Vec<T> g = load8(dy + e);
+    Vec<T> da, db;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      accum_t<T> ga, gb;
+      pointwise::swiglu_grads(to_accum(a.v[k]), to_accum(b.v[k]), to_accum(g.v[k]), ga, gb);
+      da.v[k] = from_accum<T>(ga);
+      db.v[k] = from_accum<T>(gb);
+    }
+    store8(dx + ia, da);
+    store8(dx + ia + h, db);
+  }
+  __device__ void one(std::int64_t i) const {
+    const std::int64_t ia = input_of(i);
+    accum_t<T> ga, gb;
+    pointwise::swiglu_grads(to_accum(x[ia]), to_accum(x[ia + h]), to_accum(dy[i]), ga, gb);
+    dx[ia] = from_accum<T>(ga);
+    dx[ia + h] = from_accum<T>(gb);
+  }
+};
+
 template <class T>
 struct AddOp {
   const T* a;
@@ -131,13 +191,16 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const Op op, const std
 
 std::int64_t chunks_of(std::int64_t n) { return (n + kV - 1) / kV; }
 
+// `vectorizable`: the chunks may be loaded as vectors besides the pointers'
+// alignment (false: every element alone, same arithmetic).
 template <class Op, class... P>
-bool run(const char* name, std::int64_t n, const Op& op, const P*... pointers) {
+bool run(const char* name, std::int64_t n, const Op& op, bool vectorizable,
+         const P*... pointers) {
   if (n <= 0) return true;
   const std::int64_t blocks = (chunks_of(n) + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffff) return false;  // beyond one grid: the portable kernel serves
   const dim3 grid(static_cast<unsigned>(blocks));
-  if (all_aligned(pointers...))
+  if (vectorizable && all_aligned(pointers...))
     stream_kernel<true><<<grid, kThreads, 0, stream()>>>(op, n);
   else
     stream_kernel<false><<<grid, kThreads, 0, stream()>>>(op, n);
@@ -263,22 +326,36 @@ void launch_stats(bool vectorized, const T* src, float* dst, double* slots, std:
 
 template <class T>
 bool cast_from_f32_stream(const float* src, T* dst, std::int64_t n) {
-  return run("kshard::cast_from_f32 (stream)", n, CastOp<T>{src, dst}, src, dst);
+  return run("kshard::cast_from_f32 (stream)", n, CastOp<T>{src, dst}, true, src, dst);
 }
 
 template <class T>
 bool gelu_forward_stream(const T* x, T* y, std::int64_t n) {
-  return run("kshard::gelu_forward (stream)", n, GeluForwardOp<T>{x, y}, x, y);
+  return run("kshard::gelu_forward (stream)", n, GeluForwardOp<T>{x, y}, true, x, y);
 }
 
 template <class T>
 bool gelu_backward_stream(const T* x, const T* dy, T* dx, std::int64_t n) {
-  return run("kshard::gelu_backward (stream)", n, GeluBackwardOp<T>{x, dy, dx}, x, dy, dx);
+  return run("kshard::gelu_backward (stream)", n, GeluBackwardOp<T>{x, dy, dx}, true, x, dy, dx);
+}
+
+// A chunk must not cross a row (h a multiple of kV); with the base pointers
+// aligned, h * sizeof(T) a multiple of 16 then keeps every row's halves aligned.
+template <class T>
+bool swiglu_forward_stream(const T* x, T* y, std::int64_t rows, std::int64_t h) {
+  return run("kshard::swiglu_forward (stream)", rows * h, SwigluForwardOp<T>{x, y, h},
+             h % kV == 0, x, y);
+}
+
+template <class T>
+bool swiglu_backward_stream(const T* x, const T* dy, T* dx, std::int64_t rows, std::int64_t h) {
+  return run("kshard::swiglu_backward (stream)", rows * h, SwigluBackwardOp<T>{x, dy, dx, h},
+             h % kV == 0, x, dy, dx);
 }
 
 template <class T>
 bool add_stream(const T* a, const T* b, T* out, std::int64_t n) {
-  return run("kshard::add (stream)", n, AddOp<T>{a, b, out}, a, b, out);
+  return run("kshard::add (stream)", n, AddOp<T>{a, b, out}, true, a, b, out);
 }
 
 template <class T>

@@ -21,6 +21,14 @@ bool gelu_backward_stream(const T*, const T*, T*, std::int64_t) {
   return false;
 }
 template <class T>
+bool swiglu_forward_stream(const T*, T*, std::int64_t, std::int64_t) {
+  return false;
+}
+template <class T>
+bool swiglu_backward_stream(const T*, const T*, T*, std::int64_t, std::int64_t) {
+  return false;
+}
+template <class T>
 bool add_stream(const T*, const T*, T*, std::int64_t) {
   return false;
 }

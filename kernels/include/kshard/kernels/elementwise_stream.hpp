@@ -1,6 +1,7 @@
 #pragma once
 // Element-wise passes over long flat arrays (the gather's f32 -> bf16/f16
-// cast, GELU forward and backward, the residual add, the gradient statistics)
+// cast, GELU and SwiGLU forward and backward, the residual add, the gradient
+// statistics)
 // where the backend has a faster kernel than the portable ones
 // (compat::for_each_index, Kokkos reductions). For the engine's layers (kshard::detail: not a user API).
 //
@@ -42,6 +43,15 @@ bool gelu_backward_stream(const T* x, const T* dy, T* dx, std::int64_t n);
 template <class T>
 bool add_stream(const T* a, const T* b, T* out, std::int64_t n);
 
+/// SwiGLU over rows of [a | b] (swiglu.hpp): y[r, j] = silu(a) * b, x: [rows, 2h],
+/// y: [rows, h] (swiglu_forward).
+template <class T>
+bool swiglu_forward_stream(const T* x, T* y, std::int64_t rows, std::int64_t h);
+
+/// Its backward: dx = [da | db] from x and dy (swiglu_backward).
+template <class T>
+bool swiglu_backward_stream(const T* x, const T* dy, T* dx, std::int64_t rows, std::int64_t h);
+
 /// accumulate_with_stats for n > 0: dst per `mode`, and into stats[0..1]
 /// (device memory) the sum of squares and the count of inf/NaN of the new
 /// dst, on the device's stream (nothing waits). src is unused for
@@ -54,9 +64,11 @@ bool accumulate_with_stats_stream(const T* src, float* dst, double* stats, std::
 
 /// A backend's explicit instantiations (with KSHARD_FOR_EACH_COMPUTE_TYPE for
 /// the first, float / bfloat16_t / float16_t for the second).
-#define KSHARD_INSTANTIATE_STREAM_COMPUTE(T)                                  \
-  template bool gelu_forward_stream<T>(const T*, T*, std::int64_t);           \
-  template bool gelu_backward_stream<T>(const T*, const T*, T*, std::int64_t); \
+#define KSHARD_INSTANTIATE_STREAM_COMPUTE(T)                                                 \
+  template bool gelu_forward_stream<T>(const T*, T*, std::int64_t);                          \
+  template bool gelu_backward_stream<T>(const T*, const T*, T*, std::int64_t);               \
+  template bool swiglu_forward_stream<T>(const T*, T*, std::int64_t, std::int64_t);          \
+  template bool swiglu_backward_stream<T>(const T*, const T*, T*, std::int64_t, std::int64_t); \
   template bool add_stream<T>(const T*, const T*, T*, std::int64_t);
 #define KSHARD_INSTANTIATE_STREAM_STORAGE(T)                                         \
   template bool cast_from_f32_stream<T>(const float*, T*, std::int64_t);             \
