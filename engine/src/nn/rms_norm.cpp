@@ -5,9 +5,13 @@
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 #include "kshard/error.hpp"
+#include "kshard/kernels/rms_norm_rows.hpp"
 
 namespace kshard {
 namespace detail::rms_norm {
+
+// The portable team kernels below; a backend's register-resident row kernels
+// (rms_norm_rows.hpp: CUDA) run instead where they serve the shape.
 
 using Team = Kokkos::TeamPolicy<>::member_type;
 
@@ -15,6 +19,8 @@ template <class T>
 void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::View<T*> y,
              Kokkos::View<accum_t<T>*> rstd, std::int64_t rows, std::int64_t d, double eps) {
   using A = accum_t<T>;
+  if (rms_norm_forward_rows<T, A>(x.data(), gamma.data(), y.data(), rstd.data(), rows, d, eps))
+    return;
   Kokkos::parallel_for(
       "kshard::rms_norm_forward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {
@@ -44,6 +50,9 @@ void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vi
               Kokkos::View<const accum_t<T>*> rstd, Kokkos::View<T*> dx,
               Kokkos::View<accum_t<T>*> dy_xhat, std::int64_t rows, std::int64_t d) {
   using A = accum_t<T>;
+  if (rms_norm_backward_rows<T, A>(x.data(), gamma.data(), dy.data(), rstd.data(), dx.data(),
+                                   dy_xhat.data(), rows, d))
+    return;
   Kokkos::parallel_for(
       "kshard::rms_norm_backward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {

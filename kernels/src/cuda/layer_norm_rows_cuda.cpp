@@ -34,18 +34,10 @@ constexpr int kMaxChunks = 16;
 using cuda_rows::Chunk;
 using cuda_rows::kVec;
 using cuda_rows::aligned16;
+using cuda_rows::load;
+using cuda_rows::store;
+using cuda_rows::warp_sum;
 using cuda_launch::check_launch;
-
-__device__ __forceinline__ float warp_sum(float s) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  return s;
-}
-
-template <class T>
-__device__ __forceinline__ Chunk<T> load(const T* p) {
-  return *reinterpret_cast<const Chunk<T>*>(p);
-}
 
 template <class T, int N>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -86,7 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < V; ++j)
       out.v[j] = from_accum<T>((to_accum(c[i].v[j]) - mu) * rs * to_accum(g.v[j]) +
                                to_accum(b.v[j]));
-    *reinterpret_cast<Chunk<T>*>(yr + col) = out;
+    store(yr + col, out);
   }
   if (lane == 0) {
     mean[r] = mu;
@@ -137,31 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       out.v[j] = from_accum<T>(rs * (dyv * to_accum(w.v[j]) - a - xhat * b));
       p[j] = dyv * xhat;
     }
-    *reinterpret_cast<Chunk<T>*>(dx + o + col) = out;
-#pragma unroll
-    for (int j = 0; j < V; j += 4)
-      *reinterpret_cast<float4*>(dy_xhat + o + col + j) = make_float4(p[j], p[j + 1], p[j + 2], p[j + 3]);
-  }
-}
-
-// Chunks per lane for this width, or 0 when the register kernels do not serve it.
-template <class T>
-int chunks(std::int64_t d) {
-  if constexpr (std::is_same_v<T, double>) {
-    (void)d;
-    return 0;
-  } else {
-    const std::int64_t per = 32 * kVec<T>;
-    if (d % per != 0 || d / per < 1 || d / per > kMaxChunks) return 0;
-    return static_cast<int>(d / per);
-  }
-}
-
-template <int N, class F>
-void with_n(int n, F f) {
-  if constexpr (N <= kMaxChunks) {
-    if (n == N) return f(std::integral_constant<int, N>());
-    with_n<N + 1>(n, f);
+    store(dx + o + col, out);
+    cuda_rows::store_f32(dy_xhat + o + col, p);
   }
 }
 
@@ -173,7 +142,7 @@ bool layer_norm_forward_rows(const T* x, const T* gamma, const T* beta, T* y, A*
   if constexpr (std::is_same_v<T, double>) {
     return false;
   } else {
-    const int n = chunks<T>(d);
+    const int n = cuda_rows::row_chunks<T, kMaxChunks>(d);
     if (n == 0 || rows <= 0) return false;
     for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(gamma),
                           static_cast<const void*>(beta), static_cast<const void*>(y)})
@@ -181,7 +150,7 @@ bool layer_norm_forward_rows(const T* x, const T* gamma, const T* beta, T* y, A*
     const std::int64_t blocks = (rows + kWarps - 1) / kWarps;
     if (blocks > 0x7fffffff) return false;
     cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
-    with_n<1>(n, [&](auto nc) {
+    cuda_rows::with_chunks<1, kMaxChunks>(n, [&](auto nc) {
       ln_forward_kernel<T, decltype(nc)::value>
           <<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
               x, gamma, beta, y, mean, rstd, rows, static_cast<int>(d), static_cast<float>(eps));
@@ -198,7 +167,7 @@ bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* 
   if constexpr (std::is_same_v<T, double>) {
     return false;
   } else {
-    const int n = chunks<T>(d);
+    const int n = cuda_rows::row_chunks<T, kMaxChunks>(d);
     if (n == 0 || rows <= 0) return false;
     for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(gamma),
                           static_cast<const void*>(dy), static_cast<const void*>(dx),
@@ -207,7 +176,7 @@ bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* 
     const std::int64_t blocks = (rows + kWarps - 1) / kWarps;
     if (blocks > 0x7fffffff) return false;
     cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
-    with_n<1>(n, [&](auto nc) {
+    cuda_rows::with_chunks<1, kMaxChunks>(n, [&](auto nc) {
       ln_backward_kernel<T, decltype(nc)::value>
           <<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
               x, gamma, dy, mean, rstd, dx, dy_xhat, rows, static_cast<int>(d));
