@@ -6,10 +6,12 @@
 //   kshard::RMSNorm<bfloat16_t> norm(4096, 1e-5);   // params: "gamma" [4096]
 //   norm.forward(x, {batch, seq, 4096}, params, y);
 //
-// One Kokkos team per row computes the row's rstd in accum_t<T> (f32 for
-// 16-bit T), kept for backward; backward writes dx per row and reduces
-// dgamma = sum over rows of dy * xhat with a ones-vector GEMM into the f32
-// gradient, as LayerNorm does.
+// Each row's rstd is computed in accum_t<T> (f32 for 16-bit T) and kept for
+// backward; backward writes dx per row and reduces dgamma = sum over rows of
+// dy * xhat with a ones-vector GEMM into the f32 gradient, as LayerNorm does.
+// On CUDA one warp per row with the row in registers
+// (kernels/rms_norm_rows.hpp) where the width allows, else (and on the host)
+// one Kokkos team per row.
 #include "kshard/engine/nn/layer.hpp"
 
 namespace kshard {
