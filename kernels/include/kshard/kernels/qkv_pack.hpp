@@ -13,7 +13,8 @@
 // k/v head's gradient summed over its group in a fixed order.
 //
 // Angles, sines and cosines are computed in accum_t<T> (f32 for f32 and the
-// 16-bit types, as Hugging Face computes them in f32; f64 for double).
+// 16-bit types, as Hugging Face computes them in f32; f64 for double), by
+// the one formula of kernels/rope_angle.hpp.
 // The first version copies k and v per query head rather than having the
 // fused attention kernels read shared heads in place (issue 22 asks for the
 // latter; the packed layout lets every existing attention path run as is).
