@@ -6,6 +6,7 @@
 #include "kshard/compat/for_each.hpp"
 #include "kshard/compat/kokkos.hpp"
 #include "kshard/engine/nn/layer.hpp"
+#include "kshard/kernels/rope_angle.hpp"
 
 namespace kshard::detail {
 
@@ -18,8 +19,9 @@ void kv_cache_append(Kokkos::View<const T*> src, Kokkos::View<T*> q, Kokkos::Vie
   const std::int64_t sw = (h + 2 * kv) * hd, half = hd / 2;
   const bool rope = s.rope_theta > 0;
   const std::int64_t per_head = rope ? half : hd;
-  // ln(theta) in accum_t<T>, as qkv_pack computes it, so the angles match.
-  const A log_theta = rope ? A(std::log(s.rope_theta)) : A(0);
+  // The training kernels' angle (rope_angle.hpp), so a cached key is rotated
+  // by the same angle bits as the recomputed one.
+  const A log_theta = rope_log_theta<A>(s.rope_theta);
   // q heads, then k heads: per (row, head, pair) when rotating, else per element.
   compat::for_each_index(
       "kshard::kv_cache_append_qk", rows * (h + kv) * per_head, KOKKOS_LAMBDA(std::int64_t idx) {
@@ -33,7 +35,7 @@ void kv_cache_append(Kokkos::View<const T*> src, Kokkos::View<T*> q, Kokkos::Vie
           out[i] = in[i];
           return;
         }
-        const A ang = A(p) * compat::exp(-(A(2 * i) / A(hd)) * log_theta);
+        const A ang = rope_angle<A>(p, i, hd, log_theta);
         const A c = compat::kmath::cos(ang), sn = compat::kmath::sin(ang);
         const A x1 = to_accum(in[i]), x2 = to_accum(in[i + half]);
         out[i] = from_accum<T>(x1 * c - x2 * sn);

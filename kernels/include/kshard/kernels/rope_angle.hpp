@@ -1,10 +1,9 @@
 #pragma once
 // The rotary position embedding's angle, defined once for every kernel that
-// rotates q or k (qkv_pack / qkv_unpack here; the KV cache's append in
-// engine/src/nn/cached_attention.cpp computes the same formula and should
-// call this too): a key cached at decode time must be rotated bitwise as the
-// training forward rotates it, so the formula, its precision and its order of
-// operations live in one place.
+// rotates q or k (qkv_pack / qkv_unpack here, the KV cache's append in
+// engine/src/nn/cached_attention.cpp): a key cached at decode time must be
+// rotated by the same angle as the training forward rotates it, so the
+// formula, its precision and its order of operations live in one place.
 //
 //   angle(position, i) = position x theta^(-2i/hd), in accum_t<T>
 //                      = position x exp(-(2i / hd) x ln(theta))
