@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Where a training step's time goes, from kshard_trace's files (GPU timestamps, not replays).
 
-    CUDA_INJECTION64_PATH=build/cuda/bench/profile/libkshard_trace.so KSHARD_TRACE_OUT=k.tsv \\
+    CUDA_INJECTION64_PATH=build/cuda/bench/profile/libkshard_trace.so KSHARD_TRACE_OUT=k-%p.tsv \\
+        mpiexec -n 1 -x CUDA_INJECTION64_PATH -x KSHARD_TRACE_OUT \\
         build/cuda/examples/train/kshard-train --bench ...
+    (%p: the process id; under mpiexec, Open MPI's own CUDA initialisation writes a trace
+    of its own, empty; take the largest file.)
     CUDA_INJECTION64_PATH=... KSHARD_TRACE_OUT=t.tsv python3 bench/fsdp2/fsdp2_twin.py ...
     python3 bench/profile/timeline.py k.tsv t.tsv --labels kshard,compile [--json out.json]
 
