@@ -29,7 +29,6 @@ constexpr int kWarps = 8;
 constexpr int kMaxChunks = 16;
 
 using cuda_launch::check_launch;
-using cuda_rows::aligned16;
 using cuda_rows::Chunk;
 using cuda_rows::kVec;
 using cuda_rows::load;
@@ -136,17 +135,13 @@ bool rms_norm_forward_rows(const T* x, const T* gamma, T* y, A* rstd, std::int64
   if constexpr (std::is_same_v<T, double>) {
     return false;
   } else {
-    const int n = cuda_rows::row_chunks<T, kMaxChunks>(d);
-    if (n == 0 || rows <= 0) return false;
-    for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(gamma),
-                          static_cast<const void*>(y)})
-      if (!aligned16(p)) return false;
-    const std::int64_t blocks = (rows + kWarps - 1) / kWarps;
-    if (blocks > 0x7fffffff) return false;
+    const auto launch =
+        cuda_rows::row_launch<T, kMaxChunks, kWarps>(rows, d, x, gamma, y);
+    if (!launch) return false;
     cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
-    cuda_rows::with_chunks<1, kMaxChunks>(n, [&](auto nc) {
+    cuda_rows::with_chunks<1, kMaxChunks>(launch.chunks, [&](auto nc) {
       rms_forward_kernel<T, decltype(nc)::value>
-          <<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
+          <<<launch.blocks, kWarps * 32, 0, stream>>>(
               x, gamma, y, rstd, rows, static_cast<int>(d), static_cast<float>(eps));
     });
     check_launch("kshard rms_forward_kernel");
@@ -160,18 +155,13 @@ bool rms_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* rs
   if constexpr (std::is_same_v<T, double>) {
     return false;
   } else {
-    const int n = cuda_rows::row_chunks<T, kMaxChunks>(d);
-    if (n == 0 || rows <= 0) return false;
-    for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(gamma),
-                          static_cast<const void*>(dy), static_cast<const void*>(dx),
-                          static_cast<const void*>(dy_xhat)})
-      if (!aligned16(p)) return false;
-    const std::int64_t blocks = (rows + kWarps - 1) / kWarps;
-    if (blocks > 0x7fffffff) return false;
+    const auto launch =
+        cuda_rows::row_launch<T, kMaxChunks, kWarps>(rows, d, x, gamma, dy, dx, dy_xhat);
+    if (!launch) return false;
     cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
-    cuda_rows::with_chunks<1, kMaxChunks>(n, [&](auto nc) {
+    cuda_rows::with_chunks<1, kMaxChunks>(launch.chunks, [&](auto nc) {
       rms_backward_kernel<T, decltype(nc)::value>
-          <<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
+          <<<launch.blocks, kWarps * 32, 0, stream>>>(
               x, gamma, dy, rstd, dx, dy_xhat, rows, static_cast<int>(d));
     });
     check_launch("kshard rms_backward_kernel");

@@ -96,6 +96,27 @@ void with_chunks(int n, F f) {
   }
 }
 
+/// The grid of a warp-per-row kernel with Warps rows per block, or none
+/// (chunks 0: the backend declines) when row_chunks declines the width, there
+/// are no rows, a pointer is not 16-byte aligned or the rows need more blocks
+/// than one grid holds.
+struct RowLaunch {
+  int chunks = 0;
+  unsigned blocks = 0;
+  explicit operator bool() const { return chunks > 0; }
+};
+template <class T, int MaxChunks, int Warps, class... P>
+RowLaunch row_launch(std::int64_t rows, std::int64_t d, const P*... pointers) {
+  RowLaunch l;
+  const int n = row_chunks<T, MaxChunks>(d);
+  if (n == 0 || rows <= 0 || !(aligned16(pointers) && ...)) return l;
+  const std::int64_t blocks = (rows + Warps - 1) / Warps;
+  if (blocks > 0x7fffffff) return l;
+  l.chunks = n;
+  l.blocks = static_cast<unsigned>(blocks);
+  return l;
+}
+
 /// Eight consecutive elements of T (16, 32 or 64 bytes: whole 16-byte
 /// vectors), the unit of work of the flat kernels: one thread loads all of a
 /// chunk's inputs before it computes.
