@@ -129,6 +129,15 @@ def host_during(host, s, e):
     return waits or [r for r in host if r[0] <= s <= r[1]]
 
 
+def short_kernel(name, n=110):
+    """A kernel's name without the namespaces and launch wrappers that every kshard / Kokkos
+    kernel shares (what tells two kernels apart), cut to n characters."""
+    for noise in ("Kokkos::Impl::cuda_parallel_launch_local_memory", "Kokkos::Impl::",
+                  "kshard::", "detail::", "(anonymous namespace)::", "compat::", "void "):
+        name = name.replace(noise, "")
+    return name[:n]
+
+
 def short(name, n=90):
     return name if len(name) <= n else name[: n - 3] + "..."
 
@@ -148,7 +157,12 @@ def analyse(path, skip, top, gap_us):
         acts = [r for r in dev[lo:hi]]
         busy = union_ns([(max(r[0], t0), r[1]) for r in acts if r[1] > t0])
         cats = defaultdict(lambda: [0.0, 0])
+        names = defaultdict(lambda: [0.0, 0])
         for r in acts:
+            if r[2] == "kernel":
+                nm = names[short_kernel(r[6])]
+                nm[0] += (r[1] - r[0]) * 1e-6
+                nm[1] += 1
             if r[2] == "kernel":
                 c = cats[category(r[6])]
             else:
@@ -157,7 +171,7 @@ def analyse(path, skip, top, gap_us):
             c[1] += 1
         rows.append({"step": k + 1, "wall_ms": (t1 - t0) * 1e-6, "busy_ms": busy * 1e-6,
                      "kernels": sum(1 for r in acts if r[2] == "kernel"),
-                     "cats": {c: v for c, v in cats.items()}, "t0": t0, "t1": t1, "lo": lo,
+                     "cats": {c: v for c, v in cats.items()}, "names": dict(names), "t0": t0, "t1": t1, "lo": lo,
                      "hi": hi})
     if not rows:
         sys.exit(f"{path}: no steady step after --skip {skip}")
@@ -166,6 +180,9 @@ def analyse(path, skip, top, gap_us):
     allcats = sorted({c for r in rows for c in r["cats"]})
     cat_ms = {c: statistics.median(r["cats"].get(c, [0, 0])[0] for r in rows) for c in allcats}
     cat_n = {c: statistics.median(r["cats"].get(c, [0, 0])[1] for r in rows) for c in allcats}
+    allnames = {n for r in rows for n in r["names"]}
+    name_ms = {n: statistics.median(r["names"].get(n, [0, 0])[0] for r in rows) for n in allnames}
+    name_n = {n: statistics.median(r["names"].get(n, [0, 0])[1] for r in rows) for n in allnames}
     # The gaps of the step nearest the median wall time.
     rep = min(rows, key=lambda r: abs(r["wall_ms"] - wall))
     acts = dev[rep["lo"]:rep["hi"]]
@@ -190,7 +207,7 @@ def analyse(path, skip, top, gap_us):
                      if g[1] - g[0] < gap_us * 1e3) * 1e-6
     return {"path": path, "steps": len(rows), "wall_ms": wall, "busy_ms": busy,
             "idle_ms": wall - busy, "kernels": med("kernels"), "cat_ms": cat_ms, "cat_n": cat_n,
-            "rep_step": rep["step"], "gaps": described, "gaps_total": len(gaps),
+            "rep_step": rep["step"], "name_ms": name_ms, "name_n": name_n, "gaps": described, "gaps_total": len(gaps),
             "idle_in_small_gaps_ms": idle_small}
 
 
@@ -201,6 +218,8 @@ def main():
     ap.add_argument("--skip", type=int, default=3, help="steps left out at the start")
     ap.add_argument("--top", type=int, default=12, help="idle gaps to describe")
     ap.add_argument("--gap-us", type=float, default=5.0, help="smallest gap described (us)")
+    ap.add_argument("--names", type=int, default=0,
+                    help="also list each trace's N kernels with the most time per step")
     ap.add_argument("--json", help="write everything here")
     a = ap.parse_args()
     labels = a.labels.split(",") if a.labels else [os.path.basename(t) for t in a.traces]
@@ -229,6 +248,11 @@ def main():
             f"{r['cat_ms'].get(c, 0):10.3f} ({r['cat_n'].get(c, 0):3.0f})" for r in res))
     for key, name in (("busy_ms", "GPU busy"), ("idle_ms", "GPU idle"), ("wall_ms", "wall")):
         print(f"{name:40s}" + "".join(f"{r[key]:16.3f}" for r in res))
+    for lab, r in zip(labels, res):
+        if a.names:
+            print(f"\n{lab}: kernels by time per step (ms, median; launches)")
+            for n, ms in sorted(r["name_ms"].items(), key=lambda kv: -kv[1])[: a.names]:
+                print(f"  {ms:8.3f} {r['name_n'][n]:4.0f}x  {n}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(zip(labels, res)), f, indent=1)
