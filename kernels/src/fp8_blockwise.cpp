@@ -306,7 +306,7 @@ void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::i
                     Kokkos::View<float8_e4m3_t*> q, Kokkos::View<float*> q_scales,
                     Kokkos::View<float8_e4m3_t*> qt, Kokkos::View<float*> qt_scales,
                     Kokkos::View<float*> dbias, Kokkos::View<float*> partials, Fp8Input in,
-                    Kokkos::View<const bfloat16_t*> pre) {
+                    Kokkos::View<const bfloat16_t*> pre, bool assign_dbias) {
   check("fp8_cast_1x128", x, rows, cols, q.extent(0), q_scales.extent(0),
         fp8_scales_1x128(rows, cols), qt.extent(0), qt_scales.extent(0),
         fp8_scales_1x128(cols, rows));
@@ -339,7 +339,7 @@ void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::i
   launch("kshard::fp8_cast_1x128", x, rows, cols, q.extent(0) ? q.data() : nullptr,
          q_scales.data(), qt.extent(0) ? qt.data() : nullptr, qt_scales.data(),
          sums ? partials.data() : nullptr, false, in, pre.data());
-  if (sums) detail::add_column_partials(partials, rows / kB, cols, dbias);
+  if (sums) detail::add_column_partials(partials, rows / kB, cols, dbias, assign_dbias);
 }
 
 void fp8_cast_128x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,

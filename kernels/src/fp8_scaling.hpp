@@ -324,7 +324,8 @@ KOKKOS_INLINE_FUNCTION std::uint64_t encode8(const Bf16x8& v, float inv, float& 
 /// 8 sums in order. (compat::for_each_index gives each thread 8 columns, which
 /// left a 2048-column gradient to one block: 46 us a call on the H100.)
 inline void add_column_partials(Kokkos::View<const float*> partials, std::int64_t tiles_r,
-                                std::int64_t cols, Kokkos::View<float*> dbias) {
+                                std::int64_t cols, Kokkos::View<float*> dbias,
+                                bool assign = false) {
   constexpr int kCols = 32, kGroups = 8;
   using Member = Kokkos::TeamPolicy<>::member_type;
   using Scratch = Kokkos::View<float*, Kokkos::DefaultExecutionSpace::scratch_memory_space,
@@ -349,7 +350,7 @@ inline void add_column_partials(Kokkos::View<const float*> partials, std::int64_
           if (c0 + cl >= cols) return;
           float sum = 0.0f;
           for (int g = 0; g < kGroups; ++g) sum += part(g * kCols + cl);
-          dbias(c0 + cl) += sum;
+          dbias(c0 + cl) = assign ? sum : dbias(c0 + cl) + sum;
         });
       });
 }

@@ -298,7 +298,8 @@ template <class Fp8>
 void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
                Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<Fp8*> q, Kokkos::View<Fp8*> qt,
                Fp8Input in, Kokkos::View<const bfloat16_t*> pre,
-               Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {}) {
+               Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {},
+               bool assign_dbias = false) {
   const std::string who = std::string(dbias.extent(0) ? "fp8_cast_dbias (" : "fp8_cast (") +
                           detail::Fp8Traits<Fp8>::name + ")";
   if (rows < 0 || cols < 0 || std::int64_t(x.extent(0)) != rows * cols)
@@ -372,7 +373,7 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
         fp8_teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
         f);
   }
-  if (sums) detail::add_column_partials(partials, tiles_r, cols, dbias);
+  if (sums) detail::add_column_partials(partials, tiles_r, cols, dbias, assign_dbias);
 }
 
 }  // namespace
@@ -560,10 +561,11 @@ void fp8_cast_dbias(Kokkos::View<const bfloat16_t*> dy, std::int64_t rows, std::
                     Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
                     Kokkos::View<float8_e5m2_t*> qt, Kokkos::View<float*> dbias,
                     Kokkos::View<float*> partials, Fp8Input in,
-                    Kokkos::View<const bfloat16_t*> pre) {
+                    Kokkos::View<const bfloat16_t*> pre, bool assign_dbias) {
   if (dbias.extent(0) == 0)
     throw Error("fp8_cast_dbias with an empty dbias", "dbias of cols = " + std::to_string(cols) + " floats");
-  cast_impl<float8_e5m2_t>(dy, rows, cols, scale, from, q, qt, in, pre, dbias, partials);
+  cast_impl<float8_e5m2_t>(dy, rows, cols, scale, from, q, qt, in, pre, dbias, partials,
+                           assign_dbias);
 }
 
 }  // namespace kshard

@@ -9,6 +9,7 @@
 #include <boost/test/data/test_case.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include <kshard/engine/nn/init.hpp>
 #include <kshard/engine/fsdp/sharded_group.hpp>
@@ -281,6 +282,68 @@ BOOST_AUTO_TEST_CASE(states_move_along_checked_transitions) {
   for (std::size_t k = 0; k < h.extent(0); ++k) s += std::fabs(h(k));
   KSHARD_CHECK_ALL_MSG(s == 0, "gradient after zero_grad of accumulated values: |g| = " << s);
   KSHARD_CHECK_ALL(std::string(kshard::state_name(ParamState::gathering)) == "gathering");
+}
+
+// GradWrite::assign (the first backward after zero_grad() writes the
+// gradients, no zero fill): whatever the gradient memory held before (NaN in
+// the shard from the last step, NaN in the pool block the unsharded gradient
+// reuses) nothing of it reaches the reduced shard or its statistics; the
+// result is bitwise that of zero fill + add. At one rank the shard is the
+// gradient (its alignment gaps stay zero from allocation); at 2 and 4 ranks,
+// and with a replica dimension, the unsharded buffer is a pool block whose
+// gaps and padding the group zeroes. Assign over gradients that hold values
+// is an error.
+BOOST_DATA_TEST_CASE(assigned_gradients_keep_nothing_of_the_old_values,
+                     bdata::xrange(2) * bdata::xrange(2), recipe_i, hsdp) {
+  const int P = kt::world_size();
+  KSHARD_SKIP_IF(hsdp && P % 2 != 0, "HSDP needs an even world size");
+  const Recipe recipe = Recipe::parse(kRecipes[recipe_i]);  // fp32, bf16
+  DeviceMesh mesh(kt::world(), hsdp ? std::vector<int>{2, P / 2} : std::vector<int>{P});
+  const auto sp = specs(false);
+  ShardedGroup added("unit", sp, mesh, recipe), assigned("unit", sp, mesh, recipe);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Each parameter's gradient contribution: deterministic, the same on every rank.
+  const auto contribution = [&](std::size_t i) {
+    Kokkos::View<float*> v("contribution", std::size_t(sp[i].numel()));
+    kshard::fill_init<float>(v, kshard::Init::normal(1.0), 5, "grad." + sp[i].name, 0);
+    return v;
+  };
+  // A step of NaN gradients in `assigned`: its shard holds NaN afterwards.
+  for (const auto& v : assigned.unsharded_grads()) kshard::fill<float>(v, nan);
+  assigned.reduce_grads();
+  // A pool block of the unsharded gradient's size full of NaN, given back:
+  // the next acquire of that size reuses it.
+  {
+    const std::size_t bytes = 4 * std::size_t(assigned.index().flat_numel());
+    kshard::memory::Block b = kshard::memory::acquire(bytes, "test.poison");
+    kshard::fill<float>(b.view<float>(bytes / 4), nan);
+  }
+  added.zero_grad();
+  assigned.zero_grad();
+  KSHARD_CHECK_ALL(assigned.grads_unwritten());
+  {
+    const auto& ga = added.unsharded_grads();
+    for (std::size_t i = 0; i < ga.size(); ++i) {
+      const Kokkos::View<float*> dst = ga[i];
+      const Kokkos::View<const float*> src = contribution(i);
+      Kokkos::parallel_for("test.add", dst.extent(0), KOKKOS_LAMBDA(std::size_t k) { dst(k) += src(k); });
+    }
+    const auto& gb = assigned.unsharded_grads(kshard::GradWrite::assign);
+    for (std::size_t i = 0; i < gb.size(); ++i) Kokkos::deep_copy(gb[i], contribution(i));
+  }
+  KSHARD_CHECK_ALL(!assigned.grads_unwritten());
+  KSHARD_CHECK_THROWS_ALL(assigned.unsharded_grads(kshard::GradWrite::assign), kshard::Error);
+  added.reduce_grads();
+  assigned.reduce_grads();
+  const auto sa = added.grad_stats(), sb = assigned.grad_stats();
+  KSHARD_CHECK_ALL_MSG(sb.nonfinite == 0 && sb.sum_squares == sa.sum_squares,
+                       recipe.name << ": assigned stats " << sb.sum_squares << " (" << sb.nonfinite
+                                   << " inf/NaN) vs added " << sa.sum_squares);
+  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), added.grad());
+  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), assigned.grad());
+  std::int64_t diff = 0;
+  for (std::size_t k = 0; k < ha.extent(0); ++k) diff += !(ha(k) == hb(k));
+  KSHARD_CHECK_ALL_MSG(diff == 0, recipe.name << ": " << diff << " shard elements differ");
 }
 
 BOOST_AUTO_TEST_CASE(fp8_gather_moves_one_byte_per_parameter_plus_scales) {

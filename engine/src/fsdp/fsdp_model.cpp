@@ -385,10 +385,20 @@ class FsdpCore final : public FsdpCoreBase {
       g[k].finish_unshard();  // a no-op when unsharded
       if (o.prefetch && k > 0) g[k - 1].start_unshard();
       Kokkos::View<T*> dx = window(use_a ? dact_a_ : dact_b_, shapes_[k].numel(), "kshard.fsdp.dact");
+      // The first backward into a unit's gradients since zero_grad() or its
+      // last reduction WRITES them (no zero fill, no read of the old values
+      // in the weight-gradient GEMMs) where the layer can; a tied parameter
+      // gets two backward contributions, so its two units add.
+      const bool tied = tie_ && (k == tie_->unit || k == tie_->source);
+      const GradWrite write = !tied && layers_[k]->assigns_grads() && g[k].grads_unwritten()
+                                  ? GradWrite::assign
+                                  : GradWrite::add;
+      const GradViews grads = grads_of(g, k, write);
+      layers_[k]->set_grad_write(write);
       if (top && k + 1 == n)
-        top(params_of(g, k), grads_of(g, k), dx);
+        top(params_of(g, k), grads, dx);
       else
-        layers_[k]->backward(cur, params_of(g, k), grads_of(g, k), dx);
+        layers_[k]->backward(cur, params_of(g, k), grads, dx);
       layers_[k]->release();
       if (sync) {
         g[k].start_reduce_grads();
@@ -410,8 +420,9 @@ class FsdpCore final : public FsdpCoreBase {
       v.insert(v.begin() + std::ptrdiff_t(tie_->param), g[tie_->source].params<T>().at(tie_->source_param));
     return v;
   }
-  GradViews grads_of(std::vector<ShardedGroup>& g, std::size_t k) const {
-    GradViews v = g[k].unsharded_grads();
+  GradViews grads_of(std::vector<ShardedGroup>& g, std::size_t k,
+                     GradWrite write = GradWrite::add) const {
+    GradViews v = g[k].unsharded_grads(write);
     if (tie_ && k == tie_->unit)
       v.insert(v.begin() + std::ptrdiff_t(tie_->param),
                g[tie_->source].unsharded_grads().at(tie_->source_param));

@@ -145,16 +145,37 @@ void ShardedGroup::reshard() {
   param_state_ = ParamState::sharded;
 }
 
-const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
+bool ShardedGroup::grads_unwritten() const {
+  if (grad_state_ != GradState::none) return false;
+  // In the shard: only a pending zero_grad() leaves nothing to keep; a fresh
+  // unsharded buffer holds nothing by construction.
+  return reduce_wire_->accumulates_in_shard(context()) ? shard_grad_ == ShardGrad::zero_pending
+                                                        : true;
+}
+
+const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads(GradWrite write) {
+  if (write == GradWrite::none)
+    throw Error("ShardedGroup '" + name_ + "': unsharded_grads(none)", "add or assign");
+  if (write == GradWrite::assign && !grads_unwritten())
+    throw Error("ShardedGroup '" + name_ + "': unsharded_grads(assign) over gradients that hold "
+                "values (state " + std::string(state_name(grad_state_)) + ")",
+                "assign only while grads_unwritten(): the first backward after zero_grad() "
+                "or a reduction");
   if (grad_state_ == GradState::accumulating) return grad_views_;
   if (grad_state_ == GradState::reducing)
     bad_transition("unsharded_grads", state_name(grad_state_),
                    "none or accumulating: finish_reduce_grads() before the next backward");
   grad_views_.clear();
+  const bool assign = write == GradWrite::assign;
   if (reduce_wire_->accumulates_in_shard(context())) {
     // The shard is the whole flat gradient here (one rank, one replica): the
-    // layers accumulate into it (zeroed first if zero_grad() is pending).
-    settle_grad();
+    // layers accumulate into it (zeroed first if zero_grad() is pending), or
+    // assign it (its gaps and padding were zeroed at allocation and nothing
+    // but the fill writes them).
+    if (assign)
+      shard_grad_ = ShardGrad::current;
+    else
+      settle_grad();
     Kokkos::View<float*> shard = grad_;
     for (const ParamEntry& e : index_.entries())
       grad_views_.push_back(Kokkos::subview(
@@ -163,7 +184,10 @@ const std::vector<Kokkos::View<float*>>& ShardedGroup::unsharded_grads() {
   } else {
     const std::size_t flat = std::size_t(index_.flat_numel());
     grad_full_ = memory::acquire(4 * flat, (name_ + ".grad_full").c_str());
-    fill<float>(grad_full_.view<float>(flat), 0.0f);
+    if (assign)
+      zero_grad_gaps(grad_full_.view<float>(flat));
+    else
+      fill<float>(grad_full_.view<float>(flat), 0.0f);
     for (const ParamEntry& e : index_.entries())
       grad_views_.push_back(
           grad_full_.view<float>(std::size_t(e.numel), 4 * std::size_t(e.offset)));
@@ -207,6 +231,28 @@ void ShardedGroup::finish_reduce_grads() {
   grad_full_.reset();
   grads_in_shard_ = false;
   grad_state_ = GradState::none;
+}
+
+void ShardedGroup::zero_grad_gaps(Kokkos::View<float*> full) {
+  if (!grad_gaps_built_) {
+    std::vector<std::int64_t> gaps;
+    std::int64_t at = 0;
+    for (const ParamEntry& e : index_.entries()) {
+      for (; at < e.offset; ++at) gaps.push_back(at);
+      at = e.offset + e.numel;
+    }
+    for (; at < index_.flat_numel(); ++at) gaps.push_back(at);
+    grad_gaps_ = Kokkos::View<std::int64_t*>(name_ + ".grad_gaps", gaps.size());
+    Kokkos::deep_copy(grad_gaps_, Kokkos::View<const std::int64_t*, Kokkos::HostSpace,
+                                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                      gaps.data(), gaps.size()));
+    grad_gaps_built_ = true;
+  }
+  const Kokkos::View<const std::int64_t*> gaps = grad_gaps_;
+  if (gaps.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      "kshard::zero_grad_gaps", Kokkos::RangePolicy<>(0, gaps.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { full(gaps(i)) = 0.0f; });
 }
 
 void ShardedGroup::settle_grad() {

@@ -36,7 +36,7 @@ template <class T>
 void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
               Kokkos::View<accum_t<T>*> dweight, Kokkos::View<accum_t<T>*> dposition,
               bool use_position, std::int64_t batch, std::int64_t seq, std::int64_t d,
-              std::int64_t vocab) {
+              std::int64_t vocab, GradWrite write) {
   using A = accum_t<T>;
   // The weight gradient is deterministic: each token id's rows are summed in
   // row order, not with float atomics (whose order varies from run to run on
@@ -87,24 +87,42 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
         for (I q = lo; q < hi; ++q) before += slots(q) < r ? 1 : 0;
         order(lo + before) = r;
       });
-  compat::for_each_row(
-      "kshard::embedding_backward_weight", rows, d,
-      KOKKOS_LAMBDA(std::int64_t p, std::int64_t c) {
-        const I id = ids(order(p));
-        const I lo = offsets(id);
-        if (p != lo) return;  // one team per bucket: the one at its first place
-        const I hi = offsets(id + 1);
-        A s = 0;
-        for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
-        dweight(std::int64_t(id) * d + c) += s;
-      });
+  if (write == GradWrite::assign) {
+    // Every row of the table is written: one team per token id, zero for an
+    // id no row has (the fill the caller skipped), the same row-order sums
+    // as the add path's otherwise.
+    compat::for_each_row(
+        "kshard::embedding_backward_weight_assign", vocab, d,
+        KOKKOS_LAMBDA(std::int64_t id, std::int64_t c) {
+          const I lo = offsets(id), hi = offsets(id + 1);
+          A s = 0;
+          for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
+          dweight(id * d + c) = s;
+        });
+  } else {
+    compat::for_each_row(
+        "kshard::embedding_backward_weight", rows, d,
+        KOKKOS_LAMBDA(std::int64_t p, std::int64_t c) {
+          const I id = ids(order(p));
+          const I lo = offsets(id);
+          if (p != lo) return;  // one team per bucket: the one at its first place
+          const I hi = offsets(id + 1);
+          A s = 0;
+          for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
+          dweight(std::int64_t(id) * d + c) += s;
+        });
+  }
   if (!use_position) return;
+  // Assigning writes the whole table: positions past seq get zero.
+  const bool assign = write == GradWrite::assign;
+  const std::int64_t n = assign ? std::int64_t(dposition.extent(0)) : seq * d;
   Kokkos::parallel_for(
-      "kshard::embedding_backward_position", Kokkos::RangePolicy<>(0, seq * d),
+      "kshard::embedding_backward_position", Kokkos::RangePolicy<>(0, n),
       KOKKOS_LAMBDA(std::int64_t i) {
         A s = 0;
-        for (std::int64_t b = 0; b < batch; ++b) s += to_accum(dy(b * seq * d + i));
-        dposition(i) += s;
+        if (i < seq * d)
+          for (std::int64_t b = 0; b < batch; ++b) s += to_accum(dy(b * seq * d + i));
+        dposition(i) = assign ? s : dposition(i) + s;
       });
 }
 
@@ -232,7 +250,7 @@ void Embedding<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   const bool pos = max_seq_ > 0;
   detail::embedding::backward<T>(ids_, dy, grads[0],
                                  pos ? grads[1] : Kokkos::View<accum_t<T>*>(), pos, shape_.batch,
-                                 shape_.seq, d_, vocab_);
+                                 shape_.seq, d_, vocab_, this->take_grad_write());
   // (A fill kernel, not deep_copy: Kokkos 3.4's deep_copy of a value fences.)
   fill<T>(dx, from_accum<T>(accum_t<T>(0)));
 }

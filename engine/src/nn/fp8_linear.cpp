@@ -53,10 +53,11 @@ void Fp8Linear::forward(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, st
 void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                          std::int64_t rows, std::int64_t in, std::int64_t out,
                          Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                         bfloat16_t* dx, Fp8Input input,
+                         bfloat16_t* dx, GradWrite write, Fp8Input input,
                          Kokkos::View<const bfloat16_t*> gelu_pre) {
   if (policy_.scaling == Fp8Scaling::block)
-    return backward_blocks(dy, x, rows, in, out, w, dw, db, dx, input, gelu_pre);
+    return backward_blocks(dy, x, rows, in, out, w, dw, db, dx, write, input, gelu_pre);
+  const bool assign = write == GradWrite::assign;
   using E4 = float8_e4m3_t;
   using E5 = float8_e5m2_t;
   auto dyq = scratch<E5>(rows * out, "kshard::Fp8Linear::dyq");
@@ -68,7 +69,7 @@ void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const 
   if (db.extent(0) != 0) {
     auto partials = scratch<float>(fp8_column_sum_partials(rows, out), "kshard::Fp8Linear::dbias");
     fp8_cast_dbias(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), db, as_view(partials),
-                   dy_in, gelu_pre);
+                   dy_in, gelu_pre, assign);
   } else {
     fp8_cast(dy, rows, out, sdy_, from_dy, as_view(dyq), as_view(dyqt), dy_in, gelu_pre);
   }
@@ -77,7 +78,7 @@ void Fp8Linear::backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const 
   fp8_cast(x, rows, in, sx_, Fp8ScaleFrom::scale, {}, as_view(xqt), input);
   fp8_cast(w, out, in, sw_, Fp8ScaleFrom::scale, {}, as_view(wqt));
   Fp8GemmOptions wgrad;
-  wgrad.beta = 1.0f;
+  wgrad.beta = assign ? 0.0f : 1.0f;
   // dW[out, in] += dy^T[out, rows] . x^T[in, rows]^T
   fp8_gemm_tn(out, in, rows, {dyqt.view.data(), Fp8Format::e5m2, sdy_.scale_inv()},
               {xqt.view.data(), Fp8Format::e4m3, sx_.scale_inv()}, dw, wgrad);
@@ -106,8 +107,9 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
                                 Kokkos::View<const bfloat16_t*> x, std::int64_t rows,
                                 std::int64_t in, std::int64_t out,
                                 Kokkos::View<const bfloat16_t*> w, float* dw,
-                                Kokkos::View<float*> db, bfloat16_t* dx, Fp8Input input,
-                                Kokkos::View<const bfloat16_t*> gelu_pre) {
+                                Kokkos::View<float*> db, bfloat16_t* dx, GradWrite write,
+                                Fp8Input input, Kokkos::View<const bfloat16_t*> gelu_pre) {
+  const bool assign = write == GradWrite::assign;
   using E4 = float8_e4m3_t;
   constexpr Fp8ScaleMode v128 = Fp8ScaleMode::block_1x128;
   // dy [rows, out] for dgrad (blocks along out) and dy^T [out, rows] for
@@ -121,7 +123,7 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
                                    "kshard::Fp8Linear::dbias");
     fp8_cast_1x128(dy, rows, out, as_view(dyq), as_view(dys), as_view(dyqt), as_view(dyts), db,
                    as_view(partials), gelu_pre.extent(0) ? Fp8Input::gelu_grad : Fp8Input::x,
-                   gelu_pre);
+                   gelu_pre, assign);
   }
   auto xqt = scratch<E4>(rows * in, "kshard::Fp8Linear::xqt");
   auto xts = scratch<float>(fp8_scales_1x128(in, rows), "kshard::Fp8Linear::xts");
@@ -131,7 +133,7 @@ void Fp8Linear::backward_blocks(Kokkos::View<const bfloat16_t*> dy,
   auto wts = scratch<float>(fp8_scales_128x128(in, out), "kshard::Fp8Linear::wts");
   fp8_cast_128x128(w, out, in, {}, {}, as_view(wqt), as_view(wts));
   Fp8GemmOptions wgrad;
-  wgrad.beta = 1.0f;
+  wgrad.beta = assign ? 0.0f : 1.0f;
   fp8_gemm_tn(out, in, rows, {dyqt.view.data(), Fp8Format::e4m3, dyts.view.data(), v128},
               {xqt.view.data(), Fp8Format::e4m3, xts.view.data(), v128}, dw, wgrad);
   fp8_gemm_tn(rows, in, out, {dyq.view.data(), Fp8Format::e4m3, dys.view.data(), v128},

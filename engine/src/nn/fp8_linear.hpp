@@ -36,6 +36,7 @@
 #include "kshard/kernels/fp8_gemm.hpp"
 #include "kshard/kernels/fp8_tensor.hpp"
 #include "kshard/engine/nn/fp8_policy.hpp"
+#include "kshard/kernels/grad_write.hpp"
 
 namespace kshard::detail {
 
@@ -58,13 +59,14 @@ class Fp8Linear {
                std::int64_t out, Kokkos::View<const bfloat16_t*> w, const bfloat16_t* bias,
                Fp8Epilogue e, bfloat16_t* y, bfloat16_t* pre, Fp8Input input = Fp8Input::x);
   /// dW += dy^T x (f32), dx = dy W, and db += column sums of dy when db is
-  /// not empty (from the cast's read of dy). x and w hold the forward's
-  /// values, `input` the forward's. With gelu_pre (rows x out) the output
-  /// gradient is dy * gelu'(gelu_pre).
+  /// not empty (from the cast's read of dy); dW = and db = with
+  /// GradWrite::assign. x and w hold the forward's values, `input` the
+  /// forward's. With gelu_pre (rows x out) the output gradient is
+  /// dy * gelu'(gelu_pre).
   void backward(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                 std::int64_t rows, std::int64_t in, std::int64_t out,
                 Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                bfloat16_t* dx, Fp8Input input = Fp8Input::x,
+                bfloat16_t* dx, GradWrite write, Fp8Input input = Fp8Input::x,
                 Kokkos::View<const bfloat16_t*> gelu_pre = {});
 
  private:
@@ -77,7 +79,8 @@ class Fp8Linear {
   void backward_blocks(Kokkos::View<const bfloat16_t*> dy, Kokkos::View<const bfloat16_t*> x,
                        std::int64_t rows, std::int64_t in, std::int64_t out,
                        Kokkos::View<const bfloat16_t*> w, float* dw, Kokkos::View<float*> db,
-                       bfloat16_t* dx, Fp8Input input, Kokkos::View<const bfloat16_t*> gelu_pre);
+                       bfloat16_t* dx, GradWrite write, Fp8Input input,
+                       Kokkos::View<const bfloat16_t*> gelu_pre);
 
   Fp8Policy policy_;
   Fp8Scale sx_, sw_, sdy_;

@@ -72,6 +72,16 @@ void Layer<T>::decode_tokens(Kokkos::View<const std::int32_t*>, ActShape, const 
 }
 
 template <class T>
+void Layer<T>::set_grad_write(GradWrite w) {
+  if (w == GradWrite::none)
+    throw Error(kind() + "::set_grad_write(none)", "add or assign (a backward writes its gradients)");
+  if (w == GradWrite::assign && !assigns_grads())
+    throw Error(kind() + "::set_grad_write(assign): this layer only adds to its gradients",
+                "assign only for a layer whose assigns_grads() is true");
+  grad_write_ = w;
+}
+
+template <class T>
 void init_parameters(const Layer<T>& layer, const std::vector<Kokkos::View<T*>>& params,
                      std::uint64_t seed, const std::string& prefix) {
   const auto specs = layer.param_specs();
@@ -167,17 +177,18 @@ void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t r
 
 template <class U>
 void accumulate_column_sums(Kokkos::View<const U*> dy, std::int64_t rows, std::int64_t cols,
-                            Kokkos::View<accum_t<U>*> db, Kokkos::View<U*>& ones) {
+                            Kokkos::View<accum_t<U>*> db, Kokkos::View<U*>& ones,
+                            GradWrite write) {
   if (static_cast<std::int64_t>(ones.extent(0)) != rows) {
     ones = Kokkos::View<U*>(Kokkos::view_alloc(std::string("kshard::ones"),
                                                Kokkos::WithoutInitializing),
                             static_cast<std::size_t>(rows));
     Kokkos::deep_copy(ones, from_accum<U>(accum_t<U>(1)));
   }
-  // db[1, cols] += ones[1, rows] * dy[rows, cols]
+  // db[1, cols] += ones[1, rows] * dy[rows, cols]  (beta 0: db not read)
   using A = accum_t<U>;
-  gemm<U>(Trans::N, Trans::N, 1, cols, rows, A(1), ones.data(), rows, dy.data(), cols, A(1),
-          db.data(), cols);
+  gemm<U>(Trans::N, Trans::N, 1, cols, rows, A(1), ones.data(), rows, dy.data(), cols,
+          write == GradWrite::assign ? A(0) : A(1), db.data(), cols);
 }
 
 template <class T>
@@ -200,7 +211,8 @@ void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> ou
   template void add_row_vector<T>(Kokkos::View<T*>, Kokkos::View<const T*>, std::int64_t,     \
                                   std::int64_t);                                              \
   template void accumulate_column_sums<T>(Kokkos::View<const T*>, std::int64_t, std::int64_t, \
-                                          Kokkos::View<accum_t<T>*>, Kokkos::View<T*>&);      \
+                                          Kokkos::View<accum_t<T>*>, Kokkos::View<T*>&,       \
+                                          GradWrite);                                         \
   template void add<T>(Kokkos::View<const T*>, Kokkos::View<const T*>, Kokkos::View<T*>); \
   template void check_param_views<T>(const Layer<T>&, const std::string&,                    \
                                      const std::vector<Kokkos::View<const T*>>&);

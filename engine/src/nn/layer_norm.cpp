@@ -125,9 +125,10 @@ void LayerNorm<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
   auto dy_xhat = detail::scratch<accum_t<T>>(rows * d_, "kshard::LayerNorm::dy_xhat");
+  const GradWrite w = this->take_grad_write();
   detail::layer_norm::backward<T>(x_, params[0], dy, mean_, rstd_, dx, dy_xhat.view, rows, d_);
-  detail::accumulate_column_sums<accum_t<T>>(dy_xhat.view, rows, d_, grads[0], ones_acc_);
-  detail::accumulate_column_sums<T>(dy, rows, d_, grads[1], ones_);
+  detail::accumulate_column_sums<accum_t<T>>(dy_xhat.view, rows, d_, grads[0], ones_acc_, w);
+  detail::accumulate_column_sums<T>(dy, rows, d_, grads[1], ones_, w);
 }
 
 template <class T>

@@ -134,19 +134,22 @@ void Linear<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
   using A = accum_t<T>;
+  const GradWrite w = this->take_grad_write();
   if constexpr (std::is_same_v<T, bfloat16_t>) {
     if (fp8_forward_) {
       // The bias gradient comes from the cast of dy (the same read).
       fp8_->backward(dy, x_, rows, in_, out_, params[0], grads[0].data(),
-                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data(), fp8_input_);
+                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data(), w, fp8_input_);
       return;
     }
   }
-  // dW[out, in] += dy^T[out, rows] x[rows, in]   (accumulated in f32 for 16-bit T)
+  // dW[out, in] += dy^T[out, rows] x[rows, in]   (accumulated in f32 for 16-bit T;
+  // beta 0 when assigning: the old gradient is not read)
   // first: after it nothing reads the saved input, so dx may be its memory
   // (LayerNormMLP writes fc2's dx over the recomputed GELU output).
-  gemm<T>(Trans::T, Trans::N, out_, in_, rows, A(1), dy, x_, A(1), grads[0]);
-  if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_);
+  gemm<T>(Trans::T, Trans::N, out_, in_, rows, A(1), dy, x_,
+          w == GradWrite::assign ? A(0) : A(1), grads[0]);
+  if (bias_) detail::accumulate_column_sums<T>(dy, rows, out_, grads[1], ones_, w);
   // dx[rows, in] = dy[rows, out] W[out, in]
   gemm<T>(Trans::N, Trans::N, rows, in_, out_, A(1), dy, params[0], A(0), dx);
 }
@@ -163,7 +166,8 @@ void Linear<T>::backward_through_gelu(Kokkos::View<T*> dg, Kokkos::View<const T*
   if constexpr (std::is_same_v<T, bfloat16_t>) {
     if (fp8_forward_) {
       fp8_->backward(dg, x_, shape_.rows(), in_, out_, params[0], grads[0].data(),
-                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data(), fp8_input_, pre);
+                     bias_ ? grads[1] : Kokkos::View<float*>(), dx.data(),
+                     this->take_grad_write(), fp8_input_, pre);
       return;
     }
   }

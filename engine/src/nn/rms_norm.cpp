@@ -108,8 +108,9 @@ void RMSNorm<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
   auto dy_xhat = detail::scratch<accum_t<T>>(rows * d_, "kshard::RMSNorm::dy_xhat");
+  const GradWrite w = this->take_grad_write();
   detail::rms_norm::backward<T>(x_, params[0], dy, rstd_, dx, dy_xhat.view, rows, d_);
-  detail::accumulate_column_sums<accum_t<T>>(dy_xhat.view, rows, d_, grads[0], ones_acc_);
+  detail::accumulate_column_sums<accum_t<T>>(dy_xhat.view, rows, d_, grads[0], ones_acc_, w);
 }
 
 template <class T>

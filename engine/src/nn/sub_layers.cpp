@@ -66,6 +66,18 @@ void SubLayers<T>::fp8_scales(std::vector<Fp8Scale*>& out) {
   for (Part& p : parts_) p.layer->fp8_scales(out);
 }
 
+template <class T>
+bool SubLayers<T>::assigns_grads() const {
+  for (const Part& p : parts_)
+    if (!p.layer->assigns_grads()) return false;
+  return true;
+}
+
+template <class T>
+void SubLayers<T>::set_grad_write(GradWrite w) {
+  for (Part& p : parts_) p.layer->set_grad_write(w);
+}
+
 #define KSHARD_INSTANTIATE_SUB_LAYERS(T) template class SubLayers<T>;
 KSHARD_FOR_EACH_COMPUTE_TYPE(KSHARD_INSTANTIATE_SUB_LAYERS)
 #undef KSHARD_INSTANTIATE_SUB_LAYERS

@@ -10,6 +10,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kshard/kernels/grad_write.hpp"
 #include "kshard/numeric/types.hpp"
 
 namespace kshard {
@@ -25,9 +26,9 @@ struct GradShardStats {
   double sum_squares = 0;      // of the values after accumulation
   std::int64_t nonfinite = 0;  // how many of them are inf/NaN
 };
-/// How accumulate_with_stats writes dst: dst += src, dst = src (the shard was
-/// zero: one read less), or not at all (src ignored: statistics of dst only).
-enum class GradWrite { add, assign, none };
+// How accumulate_with_stats writes dst (kernels/grad_write.hpp): dst += src,
+// dst = src (the shard was zero: one read less), or not at all (src ignored:
+// statistics of dst only).
 /// dst[i] += float(src[i]) (or per `mode`), and in the same pass the
 /// statistics of the new dst: the optimizer's norm and inf/NaN check without
 /// another read. They are written to stats (2 elements: sum of squares, count

@@ -63,12 +63,14 @@ std::int64_t fp8_scales_128x128(std::int64_t outer, std::int64_t k) noexcept;
 /// bias gradient from its dy cast), summed in a fixed order through
 /// `partials` (rows / 128 * cols floats of workspace). With another
 /// Fp8Input it casts gelu(x) (no dbias then) or x * gelu'(pre)
-/// (fp8_input.hpp; pre of x's size, 16-byte aligned).
+/// (fp8_input.hpp; pre of x's size, 16-byte aligned). assign_dbias: dbias =
+/// the sums instead of +=.
 void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,
                     Kokkos::View<float8_e4m3_t*> q, Kokkos::View<float*> q_scales,
                     Kokkos::View<float8_e4m3_t*> qt, Kokkos::View<float*> qt_scales,
                     Kokkos::View<float*> dbias = {}, Kokkos::View<float*> partials = {},
-                    Fp8Input in = Fp8Input::x, Kokkos::View<const bfloat16_t*> pre = {});
+                    Fp8Input in = Fp8Input::x, Kokkos::View<const bfloat16_t*> pre = {},
+                    bool assign_dbias = false);
 
 /// x [rows, cols] -> q [rows, cols] and/or qt = x^T [cols, rows], each
 /// 128 x 128 tile with one scale (fp8_scales_128x128(rows, cols) and

@@ -163,12 +163,13 @@ void fp8_cast(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t
 /// not depend on the backend's thread count (and differs from a GEMM's
 /// column sum only in rounding order). With Fp8Input::gelu_grad the
 /// gradient is dy * gelu'(pre) (TE's cast_transpose_dbias_dgelu): cast and
-/// summed, never written.
+/// summed, never written. assign_dbias: dbias = the sums (its old values are
+/// not read) instead of +=.
 std::int64_t fp8_column_sum_partials(std::int64_t rows, std::int64_t cols);
 void fp8_cast_dbias(Kokkos::View<const bfloat16_t*> dy, std::int64_t rows, std::int64_t cols,
                     Fp8Scale& scale, Fp8ScaleFrom from, Kokkos::View<float8_e5m2_t*> q,
                     Kokkos::View<float8_e5m2_t*> qt, Kokkos::View<float*> dbias,
                     Kokkos::View<float*> partials, Fp8Input in = Fp8Input::x,
-                    Kokkos::View<const bfloat16_t*> pre = {});
+                    Kokkos::View<const bfloat16_t*> pre = {}, bool assign_dbias = false);
 
 }  // namespace kshard

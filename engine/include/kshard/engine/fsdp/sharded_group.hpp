@@ -145,7 +145,16 @@ class ShardedGroup {
   /// With one rank per shard, one replica and an f32 reduction they are Views
   /// of the gradient shard itself (nothing to reduce: no second buffer); a
   /// zero_grad() before the reduction then also drops what they accumulated.
-  const std::vector<Kokkos::View<float*>>& unsharded_grads();
+  /// With GradWrite::assign the caller promises to WRITE every parameter
+  /// element before anything reads them (a backward whose layer
+  /// assigns_grads()): the zero fill is skipped (padding and alignment gaps
+  /// are still zeroed), which saves a pass over the gradients per step. Only
+  /// while grads_unwritten(), else kshard::Error.
+  const std::vector<Kokkos::View<float*>>& unsharded_grads(GradWrite write = GradWrite::add);
+  /// Whether the Views the next unsharded_grads() hands out hold nothing yet
+  /// (no backward since the last reduction, or a zero_grad() pending on a
+  /// shard that is its own gradient): then a writing backward may skip the fill.
+  bool grads_unwritten() const;
   GradState grad_state() const noexcept { return grad_state_; }
   void start_reduce_grads();
   void finish_reduce_grads();
@@ -184,6 +193,8 @@ class ShardedGroup {
   /// The state the wire formats work on (built per call: the group is movable).
   detail::ShardContext context() const;
   void check_compute_type(DType t, const char* what) const;
+  /// Zeroes the elements of a full flat gradient outside every parameter.
+  void zero_grad_gaps(Kokkos::View<float*> full);
   [[noreturn]] void bad_transition(const char* what, const char* state,
                                    const char* expected) const;
 
@@ -212,6 +223,10 @@ class ShardedGroup {
   memory::Block grad_full_;  // f32 unsharded gradient (unless grads_in_shard_)
   std::vector<Kokkos::View<float*>> grad_views_;
   bool grads_in_shard_ = false;  // grad_views_ are Views of grad_ (accumulates_in_shard)
+  // Flat offsets outside every parameter (alignment gaps, padding): zeroed in
+  // an unsharded gradient the layers assign (they write the parameters only).
+  Kokkos::View<std::int64_t*> grad_gaps_;
+  bool grad_gaps_built_ = false;
   Request reduce_req_;
   GradWrite reduce_write_ = GradWrite::add;  // how the reduction in flight lands in grad_
   Kokkos::View<double*> grad_stats_;  // {sum of squares, inf/NaN count} on the device

@@ -98,6 +98,8 @@ class CausalSelfAttention final : public Layer<T> {
   void decode(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
               Kokkos::View<T*> y, DecodeStep<T>& step) override;
   void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  bool assigns_grads() const override { return subs_.assigns_grads(); }
+  void set_grad_write(GradWrite w) override { subs_.set_grad_write(w); }
   void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
   /// Points the saved forward input (the qkv projection's, the only user of
   /// it in backward) at `x`, an equal recomputed copy: see Linear::rebind_input.

@@ -39,6 +39,7 @@ class Embedding final : public Layer<T> {
   void forward(Kokkos::View<const T*> x, ActShape shape, const ConstViews& params,
                Kokkos::View<T*> y) override;
   bool takes_token_ids() const override { return true; }
+  bool assigns_grads() const override { return true; }
   void forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                       const ConstViews& params, Kokkos::View<T*> y) override;
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,

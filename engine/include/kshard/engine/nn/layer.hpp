@@ -31,6 +31,11 @@
 // - backward() ACCUMULATES (+=) into grads, so micro-batches can accumulate
 //   without a copy; the caller zeroes grads when a step starts. It WRITES dx.
 //   It may be called more than once after one forward (each call adds again).
+//   A layer that assigns_grads() can instead WRITE (=) every gradient element
+//   in its next backward() (set_grad_write(GradWrite::assign),
+//   kernels/grad_write.hpp):
+//   the caller then need not zero the gradients (FSDP's first backward of a
+//   step does this).
 // - dy, dx and x must not alias one another; dy may be the layer's own y
 //   (no layer reads its output in backward: the loss gradient can overwrite
 //   the logits).
@@ -68,6 +73,7 @@
 
 #include "kshard/engine/nn/decode_step.hpp"
 #include "kshard/engine/nn/fp8_policy.hpp"
+#include "kshard/kernels/grad_write.hpp"
 #include "kshard/engine/nn/init.hpp"
 #include "kshard/core/buffer_pool.hpp"
 #include "kshard/numeric/compute.hpp"
@@ -154,8 +160,29 @@ class Layer {
   /// each Linear that has an fp8 policy) in a fixed order: what the model
   /// puts under one amax history for delayed scaling.
   virtual void fp8_scales(std::vector<Fp8Scale*>& out) { (void)out; }
+  /// Whether backward() can ASSIGN the parameter gradients (write every
+  /// element, GradWrite::assign). Layers without parameters trivially can;
+  /// layers with parameters say so; composites can when all their sub-layers can.
+  virtual bool assigns_grads() const { return param_specs().empty(); }
+  /// How the NEXT backward() writes the parameter gradients; after that call
+  /// it is GradWrite::add again (so a second backward, or the next
+  /// micro-batch, adds). Composites pass it to their sub-layers. assign on a
+  /// layer that cannot (assigns_grads() false), or none, is a kshard::Error.
+  virtual void set_grad_write(GradWrite w);
 
   ActShape output_shape(ActShape in) const { return {in.batch, in.seq, out_features()}; }
+
+ protected:
+  /// The write mode of this backward(), reset to add: a layer that computes
+  /// parameter gradients itself calls it once per backward().
+  GradWrite take_grad_write() noexcept {
+    const GradWrite w = grad_write_;
+    grad_write_ = GradWrite::add;
+    return w;
+  }
+
+ private:
+  GradWrite grad_write_ = GradWrite::add;
 };
 
 /// Total number of parameter elements of a layer.
@@ -224,11 +251,13 @@ Scratch<T> scratch(std::int64_t n, const char* label) {
 template <class T>
 void add_row_vector(Kokkos::View<T*> y, Kokkos::View<const T*> b, std::int64_t rows,
                     std::int64_t cols);
-/// db[c] += sum_r dy[r, c] (U = T or accum_t<T>), as a GEMM with a ones
-/// vector (kept in `ones`) accumulating in f32 straight into db.
+/// db[c] += sum_r dy[r, c] (U = T or accum_t<T>; db[c] = ... with
+/// GradWrite::assign), as a GEMM with a ones vector (kept in `ones`)
+/// accumulating in f32 straight into db.
 template <class U>
 void accumulate_column_sums(Kokkos::View<const U*> dy, std::int64_t rows, std::int64_t cols,
-                            Kokkos::View<accum_t<U>*> db, Kokkos::View<U*>& ones);
+                            Kokkos::View<accum_t<U>*> db, Kokkos::View<U*>& ones,
+                            GradWrite write = GradWrite::add);
 /// out = a + b (out may be a or b), summed in accum_t<T> and rounded once.
 template <class T>
 void add(Kokkos::View<const T*> a, Kokkos::View<const T*> b, Kokkos::View<T*> out);

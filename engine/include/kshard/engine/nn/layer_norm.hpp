@@ -32,6 +32,7 @@ class LayerNorm final : public Layer<T> {
                 Kokkos::View<T*> dx) override;
   void release() override;
   bool rows_independent() const override { return true; }
+  bool assigns_grads() const override { return true; }
 
  private:
   std::int64_t d_;

@@ -33,6 +33,8 @@ class LayerNormMLP final : public Layer<T> {
                 Kokkos::View<T*> dx) override;
   void release() override;
   void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  bool assigns_grads() const override { return subs_.assigns_grads(); }
+  void set_grad_write(GradWrite w) override { subs_.set_grad_write(w); }
   void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
   bool rows_independent() const override { return true; }
 

@@ -38,6 +38,7 @@ class Linear final : public Layer<T> {
                 Kokkos::View<T*> dx) override;
   void release() override;
   bool rows_independent() const override { return true; }
+  bool assigns_grads() const override { return true; }
   /// fp8 products (nn/fp8_policy.hpp) for bf16 T; other T ignore the policy
   /// (their recipes have no fp8 compute).
   void set_fp8_policy(const Fp8Policy& policy) override;

@@ -62,6 +62,8 @@ class LlamaLayer final : public Layer<T> {
     return 14.0 * double(d_) + 4.0 * double(config_.ffn);
   }
   void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  bool assigns_grads() const override { return subs_.assigns_grads(); }
+  void set_grad_write(GradWrite w) override { subs_.set_grad_write(w); }
   void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
 
  private:

@@ -37,6 +37,7 @@ class RMSNorm final : public Layer<T> {
                 Kokkos::View<T*> dx) override;
   void release() override;
   bool rows_independent() const override { return true; }
+  bool assigns_grads() const override { return true; }
 
  private:
   std::int64_t d_;

@@ -12,8 +12,10 @@
 // checkpoints and exports use); a sub-layer named "" adds its names as they
 // are. Each sub-layer's slice of the parameter / gradient Views is found by
 // its name, so adding a parameter to one sub-layer cannot shift another's
-// (before, composites sliced by counted indices). The fp8 policy and the fp8
-// scaling state go to every sub-layer, in declaration order.
+// (before, composites sliced by counted indices). The fp8 policy, the fp8
+// scaling state and the gradient write mode (kernels/grad_write.hpp: each
+// sub-layer's backward runs once per composite backward, so each writes its
+// own slice) go to every sub-layer, in declaration order.
 //
 // It points into the composite that owns it, so it (and so the composite) is
 // neither copied nor moved; layers live where they were built (LayerDef
@@ -53,6 +55,9 @@ class SubLayers {
 
   void set_fp8_policy(const Fp8Policy& policy);
   void fp8_scales(std::vector<Fp8Scale*>& out);
+  /// Whether every sub-layer assigns_grads(); set_grad_write on each.
+  bool assigns_grads() const;
+  void set_grad_write(GradWrite w);
 
  private:
   struct Range {

@@ -55,6 +55,8 @@ class TransformerLayer final : public Layer<T> {
   /// LayerNorm and GELU outputs, gradient buffers): ~18 x width at the peak.
   double saved_elements_per_row() const override { return 18.0 * double(d_); }
   void set_fp8_policy(const Fp8Policy& p) override { subs_.set_fp8_policy(p); }
+  bool assigns_grads() const override { return subs_.assigns_grads(); }
+  void set_grad_write(GradWrite w) override { subs_.set_grad_write(w); }
   void fp8_scales(std::vector<Fp8Scale*>& out) override { subs_.fp8_scales(out); }
 
  private:
