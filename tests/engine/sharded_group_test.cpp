@@ -79,6 +79,11 @@ double worst_error(ShardedGroup& g, const std::vector<std::vector<float>>& ref, 
 
 const char* kRecipes[] = {"fp32", "bf16", "fp16", "fp8"};
 
+// dst += src (what a layer's accumulating backward does).
+void add_into(Kokkos::View<float*> dst, Kokkos::View<const float*> src) {
+  Kokkos::parallel_for("test.add", dst.extent(0), KOKKOS_LAMBDA(std::size_t k) { dst(k) += src(k); });
+}
+
 }  // namespace
 
 KSHARD_TEST_SUITE(sharded_group)
@@ -326,7 +331,7 @@ BOOST_DATA_TEST_CASE(assigned_gradients_keep_nothing_of_the_old_values,
     for (std::size_t i = 0; i < ga.size(); ++i) {
       const Kokkos::View<float*> dst = ga[i];
       const Kokkos::View<const float*> src = contribution(i);
-      Kokkos::parallel_for("test.add", dst.extent(0), KOKKOS_LAMBDA(std::size_t k) { dst(k) += src(k); });
+      add_into(dst, src);
     }
     const auto& gb = assigned.unsharded_grads(kshard::GradWrite::assign);
     for (std::size_t i = 0; i < gb.size(); ++i) Kokkos::deep_copy(gb[i], contribution(i));

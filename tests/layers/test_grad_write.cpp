@@ -103,6 +103,15 @@ void check_assign(Layer<T>& layer, ActShape s, std::uint64_t seed = 3) {
   }
 }
 
+LlamaBlockConfig llama(std::int64_t d, std::int64_t heads, std::int64_t kv_heads, std::int64_t ffn) {
+  LlamaBlockConfig c;
+  c.d_model = d;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn = ffn;
+  return c;
+}
+
 Fp8Policy policy(Fp8Scaling s) {
   Fp8Policy p;
   p.scaling = s;
@@ -136,13 +145,8 @@ BOOST_AUTO_TEST_CASE(every_layer_assigns_bitwise_what_it_adds_in_double) {
   check_assign(swiglu, {2, 3, 8});
   TransformerLayer<double> block(8, 2, 16);
   check_assign(block, {2, 4, 8});
-  LlamaBlockConfig c;
-  c.d_model = 16;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn = 24;
-  LlamaLayer<double> llama(c);
-  check_assign(llama, {2, 4, 16});
+  LlamaLayer<double> block_llama(llama(16, 4, 2, 24));
+  check_assign(block_llama, {2, 4, 16});
 }
 
 // The 16-bit and f32 paths (cuBLAS / cuBLASLt epilogues and the CUDA row
@@ -152,13 +156,8 @@ BOOST_AUTO_TEST_CASE(blocks_assign_bitwise_in_f32_and_bf16) {
   check_assign(gpt_f, {2, 16, 64});
   TransformerLayer<bfloat16_t> gpt(64, 4, 128);
   check_assign(gpt, {2, 16, 64});
-  LlamaBlockConfig c;
-  c.d_model = 64;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn = 96;
-  LlamaLayer<bfloat16_t> llama(c);
-  check_assign(llama, {2, 16, 64});
+  LlamaLayer<bfloat16_t> block_llama(llama(64, 4, 2, 96));
+  check_assign(block_llama, {2, 16, 64});
   Embedding<bfloat16_t> emb(64, 64, 32);
   check_assign(emb, {2, 16, 1});
 }

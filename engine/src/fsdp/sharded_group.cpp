@@ -233,6 +233,16 @@ void ShardedGroup::finish_reduce_grads() {
   grad_state_ = GradState::none;
 }
 
+namespace {
+// v(at(i)) = 0 for every i (a device lambda may not live in a private member).
+void zero_at(Kokkos::View<const std::int64_t*> at, Kokkos::View<float*> v) {
+  if (at.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      "kshard::zero_grad_gaps", Kokkos::RangePolicy<>(0, at.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { v(at(i)) = 0.0f; });
+}
+}  // namespace
+
 void ShardedGroup::zero_grad_gaps(Kokkos::View<float*> full) {
   if (!grad_gaps_built_) {
     std::vector<std::int64_t> gaps;
@@ -248,11 +258,7 @@ void ShardedGroup::zero_grad_gaps(Kokkos::View<float*> full) {
                                       gaps.data(), gaps.size()));
     grad_gaps_built_ = true;
   }
-  const Kokkos::View<const std::int64_t*> gaps = grad_gaps_;
-  if (gaps.extent(0) == 0) return;
-  Kokkos::parallel_for(
-      "kshard::zero_grad_gaps", Kokkos::RangePolicy<>(0, gaps.extent(0)),
-      KOKKOS_LAMBDA(std::size_t i) { full(gaps(i)) = 0.0f; });
+  zero_at(grad_gaps_, full);
 }
 
 void ShardedGroup::settle_grad() {
