@@ -420,8 +420,7 @@ class FsdpCore final : public FsdpCoreBase {
       v.insert(v.begin() + std::ptrdiff_t(tie_->param), g[tie_->source].params<T>().at(tie_->source_param));
     return v;
   }
-  GradViews grads_of(std::vector<ShardedGroup>& g, std::size_t k,
-                     GradWrite write = GradWrite::add) const {
+  GradViews grads_of(std::vector<ShardedGroup>& g, std::size_t k, GradWrite write) const {
     GradViews v = g[k].unsharded_grads(write);
     if (tie_ && k == tie_->unit)
       v.insert(v.begin() + std::ptrdiff_t(tie_->param),

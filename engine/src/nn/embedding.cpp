@@ -32,6 +32,16 @@ void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weigh
       });
 }
 
+// Column c of the rows in one token id's bucket [lo, hi) of `order`, summed
+// in row order (both weight-gradient kernels below: the same bits).
+template <class T, class Order, class I>
+KOKKOS_INLINE_FUNCTION accum_t<T> bucket_sum(const Kokkos::View<const T*>& dy, const Order& order,
+                                              I lo, I hi, std::int64_t d, std::int64_t c) {
+  accum_t<T> s = 0;
+  for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
+  return s;
+}
+
 template <class T>
 void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
               Kokkos::View<accum_t<T>*> dweight, Kokkos::View<accum_t<T>*> dposition,
@@ -94,10 +104,7 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
     compat::for_each_row(
         "kshard::embedding_backward_weight_assign", vocab, d,
         KOKKOS_LAMBDA(std::int64_t id, std::int64_t c) {
-          const I lo = offsets(id), hi = offsets(id + 1);
-          A s = 0;
-          for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
-          dweight(id * d + c) = s;
+          dweight(id * d + c) = bucket_sum<T>(dy, order, offsets(id), offsets(id + 1), d, c);
         });
   } else {
     compat::for_each_row(
@@ -106,10 +113,7 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
           const I id = ids(order(p));
           const I lo = offsets(id);
           if (p != lo) return;  // one team per bucket: the one at its first place
-          const I hi = offsets(id + 1);
-          A s = 0;
-          for (I q = lo; q < hi; ++q) s += to_accum(dy(std::int64_t(order(q)) * d + c));
-          dweight(std::int64_t(id) * d + c) += s;
+          dweight(std::int64_t(id) * d + c) += bucket_sum<T>(dy, order, lo, offsets(id + 1), d, c);
         });
   }
   if (!use_position) return;
