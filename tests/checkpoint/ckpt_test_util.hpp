@@ -175,7 +175,7 @@ struct Trainer {
     const float scale = scaling ? scaler.scale() : 1.f;
     model->zero_grad();
     const double loss = model->forward_backward_ce(ids, {b, cfg.seq, 1}, targets, double(scale));
-    const kshard::GradShardStats local = model->prepare_optimizer_step();
+    const kshard::GradShardStats local = model->prepare_optimizer_step().grads;
     const kshard::StepResult r =
         opt->apply(opt->combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale, 1.0);
     if (scaling) scaler.update(r.found_nonfinite);

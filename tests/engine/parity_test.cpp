@@ -585,7 +585,7 @@ BOOST_DATA_TEST_CASE(fused_gradient_statistics_equal_the_optimizer_pass,
   auto x = to_device(batch.x.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "x");
   auto y = to_device(batch.y.data() + r0 * kD, std::size_t(kRowsPerRank * kD), "y");
   model.forward_backward_mse(x, {kRowsPerRank / kSeq, kSeq, kD}, y, scale);
-  const auto local = model.prepare_optimizer_step();
+  const auto local = model.prepare_optimizer_step().grads;
   const auto fused = adam.combine_stats(local.sum_squares, local.nonfinite > 0, scale);
   const auto pass = adam.grad_stats(scale);
   KSHARD_CHECK_ALL(fused.found_nonfinite == pass.found_nonfinite);
@@ -598,7 +598,7 @@ BOOST_DATA_TEST_CASE(fused_gradient_statistics_equal_the_optimizer_pass,
                                                                   << pass.sum_squares);
   }
   model.zero_grad();
-  KSHARD_CHECK_ALL(model.prepare_optimizer_step().sum_squares == 0);
+  KSHARD_CHECK_ALL(model.prepare_optimizer_step().grads.sum_squares == 0);
 }
 
 // zero_grad() is lazy (a shard is zeroed by the next reduction or by

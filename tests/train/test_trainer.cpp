@@ -31,7 +31,9 @@ kshard::TrainerOptions options(int accum, const char* recipe_name = "fp32") {
 }
 
 /// The loop kshard-train ran before the Trainer existed (examples/train at
-/// the commit before this suite), verbatim but for the data source.
+/// the commit before this suite), verbatim but for the data source: each
+/// micro-batch's loss read at once (forward_backward_ce), where the Trainer
+/// queues them and reads them with the gradient statistics.
 std::vector<double> manual_glue(const kshard::DeviceMesh& mesh, const kshard::TokenSource& data,
                                 int steps, int accum, std::vector<std::vector<float>>& params) {
   kshard::FsdpModel model(mesh, tiny_lm(), kshard::Recipe::parse("fp32"));
@@ -62,7 +64,7 @@ std::vector<double> manual_glue(const kshard::DeviceMesh& mesh, const kshard::To
                                         m == accum - 1);
     }
     loss /= accum;
-    const kshard::GradShardStats local = model.prepare_optimizer_step();
+    const kshard::GradShardStats local = model.prepare_optimizer_step().grads;
     adam.apply(adam.combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale, 1.0);
     model.finish_optimizer_step();
     losses.push_back(loss);
@@ -219,6 +221,104 @@ BOOST_AUTO_TEST_CASE(divergence_guard_trips_on_every_rank) {
   KSHARD_CHECK_ALL_MSG(caught.find("3 optimizer steps in a row were skipped") != std::string::npos,
                        "caught '" << caught << "' after " << steps << " steps");
   KSHARD_CHECK_ALL(nan_norm && steps == 3);
+}
+
+namespace {
+
+/// The loss of the batch the Trainer would take at data position `position`
+/// (this rank's slice, one micro-batch), through the model's synchronous
+/// path: what trainer.step() must report if it trains on that batch.
+double loss_at(kshard::Trainer& t, const kshard::TokenSource& data, std::int64_t position) {
+  const auto& world = t.model().mesh().world();
+  const std::int64_t batch = t.options().batch, rows = batch * kSeq;
+  std::vector<std::int32_t> ids(std::size_t(rows), 0), targets(std::size_t(rows), 0);
+  data.fill(t.options().data_seed, position + world.rank() * batch, batch, kSeq, ids.data(),
+            targets.data());
+  Kokkos::View<std::int32_t*> di("test.ids", std::size_t(rows)), dt("test.targets", std::size_t(rows));
+  using H = Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  Kokkos::deep_copy(di, H(ids.data(), ids.size()));
+  Kokkos::deep_copy(dt, H(targets.data(), targets.size()));
+  return t.model().forward_backward_ce(di, {batch, kSeq, 1}, dt);
+}
+
+/// VectorSource, but a target >= vocab in the sequences of the odd ranks'
+/// slices (bad_rank 1; every rank's when bad_rank < 0) while `armed`.
+class BadTargetSource final : public kshard::TokenSource {
+ public:
+  BadTargetSource(const kshard::TokenSource& inner, std::int64_t batch, int bad_rank)
+      : inner_(inner), batch_(batch), bad_rank_(bad_rank) {}
+  void fill(std::uint64_t seed, std::int64_t first, std::int64_t count, std::int64_t seq,
+            std::int32_t* ids, std::int32_t* targets) const override {
+    inner_.fill(seed, first, count, seq, ids, targets);
+    if (armed && (bad_rank_ < 0 || (first / batch_) % 2 == bad_rank_)) targets[seq - 1] = kVocab;
+  }
+  std::string describe() const override { return "bad-target source"; }
+  bool armed = true;
+
+ private:
+  const kshard::TokenSource& inner_;
+  std::int64_t batch_;
+  int bad_rank_;
+};
+
+}  // namespace
+
+// The Trainer reads the next step's batch while the GPU runs the optimizer:
+// a step still trains on the batch at its data position when that moved
+// (restore) or the source changed since, and on the read-ahead one otherwise.
+BOOST_AUTO_TEST_CASE(read_ahead_batch_follows_position_and_source) {
+  const auto& world = kt::world();
+  const kshard::DeviceMesh mesh(world, {world.size()});
+  const VectorSource x(make_tokens(4000, 6)), y(make_tokens(4000, 7));
+  kshard::FsdpModel model(mesh, tiny_lm(), kshard::Recipe::parse("fp32"));
+  model.init_parameters(3);
+  kshard::Trainer t(std::move(model), options(1));
+  const std::int64_t per_step = t.sequences_per_step();
+  t.step(x);
+  // The read-ahead batch, as it is.
+  double want = loss_at(t, x, per_step);
+  double got = t.step(x).local_loss;
+  KSHARD_CHECK_ALL_MSG(bits(got) == bits(want), "next batch: " << got << " vs " << want);
+  // Moved back to position 0: the read-ahead batch (position 2) is not used.
+  kshard::TrainerState s = t.state();
+  s.data_position = 0;
+  t.restore(s);
+  want = loss_at(t, x, 0);
+  got = t.step(x).local_loss;
+  KSHARD_CHECK_ALL_MSG(bits(got) == bits(want), "after restore: " << got << " vs " << want);
+  // Another source at the same position: its batch, not x's read ahead.
+  want = loss_at(t, y, per_step);
+  got = t.step(y).local_loss;
+  KSHARD_CHECK_ALL_MSG(bits(got) == bits(want), "other source: " << got << " vs " << want);
+}
+
+// A target >= vocab on some ranks (all at 1 rank): the queued loss finds it at the step's one
+// read, every rank throws before the optimizer (the parameters are
+// unchanged) and the next good step trains normally.
+BOOST_AUTO_TEST_CASE(bad_target_throws_everywhere_before_the_update) {
+  const auto& world = kt::world();
+  const kshard::DeviceMesh mesh(world, {world.size()});
+  const VectorSource good(make_tokens(4000, 8));
+  kshard::TrainerOptions o = options(2);
+  BadTargetSource bad(good, o.batch, world.size() > 1 ? 1 : -1);
+  kshard::FsdpModel model(mesh, tiny_lm(), kshard::Recipe::parse("fp32"));
+  model.init_parameters(4);
+  kshard::Trainer t(std::move(model), o);
+  t.step(good);
+  const auto before = kshard::test::gather_master_parameters(t.model());
+  std::string caught;
+  try {
+    t.step(bad);
+  } catch (const kshard::Error& e) {
+    caught = e.what();
+  }
+  KSHARD_CHECK_ALL_MSG(caught.find("targets are >= vocab") != std::string::npos,
+                       "caught '" << caught << "'");
+  KSHARD_CHECK_ALL(same_bits(before, kshard::test::gather_master_parameters(t.model())));
+  KSHARD_CHECK_ALL(t.step_count() == 1);
+  bad.armed = false;
+  const kshard::StepReport r = t.step(bad);
+  KSHARD_CHECK_ALL(std::isfinite(r.loss) && !r.optimizer.skipped && t.step_count() == 2);
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_throw) {

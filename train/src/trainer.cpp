@@ -64,10 +64,10 @@ std::int64_t Trainer::sequences_per_step() const noexcept {
   return std::int64_t(options_.accum) * model_.mesh().world().size() * options_.batch;
 }
 
-void Trainer::fill_host(const TokenSource& data) {
+void Trainer::read_ahead(const TokenSource& data) noexcept {
   const Communicator& world = model_.mesh().world();
   const std::int64_t rows = options_.batch * options_.seq;
-  std::exception_ptr failure;
+  ahead_ = ReadAhead{&data, options_.data_seed, position_, nullptr};
   try {
     for (int m = 0; m < options_.accum; ++m) {
       // Global micro-batch m of this step holds world * batch sequences;
@@ -78,8 +78,18 @@ void Trainer::fill_host(const TokenSource& data) {
                 ids_host_.data() + m * rows, targets_host_.data() + m * rows);
     }
   } catch (...) {
-    failure = std::current_exception();
+    ahead_->failure = std::current_exception();
   }
+}
+
+void Trainer::fill_host(const TokenSource& data) {
+  // The previous step read this batch while the GPU ran its optimizer, if
+  // nothing moved since (the same source object, seed and position).
+  if (!(ahead_ && ahead_->source == &data && ahead_->seed == options_.data_seed &&
+        ahead_->position == position_))
+    read_ahead(data);
+  const std::exception_ptr failure = ahead_->failure;
+  ahead_.reset();  // used (or failed): the next step reads its own
   agree_ok(model_.mesh().world(), failure, "reading training data from " + data.describe());
 }
 
@@ -100,27 +110,42 @@ StepReport Trainer::step(const TokenSource& data) {
   const ActShape shape{options_.batch, options_.seq, 1};
 
   model_.zero_grad();
-  double loss = 0;
   for (int m = 0; m < options_.accum; ++m) {
+    // (A synchronous copy: the previous micro-batch's backward has read ids_.)
     Kokkos::deep_copy(ids_, HostIds(ids_host_.data() + m * rows, std::size_t(rows)));
     Kokkos::deep_copy(targets_, HostIds(targets_host_.data() + m * rows, std::size_t(rows)));
-    loss += model_.forward_backward_ce(ids_, shape, targets_, double(scale) / options_.accum,
-                                       m == options_.accum - 1);
+    model_.queue_forward_backward_ce(ids_, shape, targets_, double(scale) / options_.accum,
+                                     m == options_.accum - 1);
   }
-  r.local_loss = loss / options_.accum;
-  // The gradient statistics (global norm for clipping, inf/NaN for the skip)
-  // were computed while the reduce-scatters were accumulated into the shards:
-  // combine them across ranks and update, without a second read of every
+  // The step's one wait: the losses and the gradient statistics (global norm
+  // for clipping, inf/NaN for the skip), computed while the reduce-scatters
+  // were accumulated into the shards, come in one copy; the statistics are
+  // combined across ranks and the update runs without a second read of every
   // gradient (FusedAdam::step() would do that pass itself).
-  const GradShardStats local = model_.prepare_optimizer_step();
-  r.optimizer =
-      adam_->apply(adam_->combine_stats(local.sum_squares, local.nonfinite > 0, scale), scale,
-                   options_.clip);
+  PreparedStep local;
+  {
+    std::exception_ptr failure;
+    try {
+      local = model_.prepare_optimizer_step();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    agree_ok(model_.mesh().world(), failure, "the step's losses and gradient statistics");
+  }
+  double loss = 0;
+  for (double l : local.losses) loss += l;
+  r.local_loss = loss / options_.accum;
+  r.optimizer = adam_->apply(
+      adam_->combine_stats(local.grads.sum_squares, local.grads.nonfinite > 0, scale), scale,
+      options_.clip);
   if (scaling) scaler_.update(r.optimizer.found_nonfinite);
   model_.finish_optimizer_step();
 
   ++step_;
   position_ += sequences_per_step();
+  // The next step's batch is read now, on the host, while the GPU runs the
+  // optimizer just queued (its errors are reported by that step).
+  read_ahead(data);
   consecutive_skipped_ = r.optimizer.skipped ? consecutive_skipped_ + 1 : 0;
   r.step = step_;
   r.consecutive_skipped = consecutive_skipped_;
@@ -170,23 +195,25 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
         m.group(i).reshard();
     }
   } reshard{model_};
+  eval_ids_host_.resize(std::size_t(rows));
+  eval_targets_host_.resize(std::size_t(rows));
   double sum = 0, count = 0;
   for (std::int64_t p = 0; p < passes; ++p) {
     const std::int64_t first = p * per_pass + std::int64_t(world.rank()) * batch;
     const std::int64_t valid = std::max<std::int64_t>(0, std::min(batch, windows - first));
     std::exception_ptr failure;
     try {
-      data.fill_eval(first, valid, seq, ids_host_.data(), targets_host_.data());
+      data.fill_eval(first, valid, seq, eval_ids_host_.data(), eval_targets_host_.data());
     } catch (...) {
       failure = std::current_exception();
     }
     agree_ok(model_.mesh().world(), failure, "reading evaluation data from " + data.describe());
     // Padding rows: a valid id, an ignored target.
-    std::fill(ids_host_.begin() + valid * seq, ids_host_.begin() + rows, 0);
-    std::fill(targets_host_.begin() + valid * seq, targets_host_.begin() + rows, -1);
+    std::fill(eval_ids_host_.begin() + valid * seq, eval_ids_host_.end(), 0);
+    std::fill(eval_targets_host_.begin() + valid * seq, eval_targets_host_.end(), -1);
     count += double(valid * seq);
-    Kokkos::deep_copy(ids_, HostIds(ids_host_.data(), std::size_t(rows)));
-    Kokkos::deep_copy(targets_, HostIds(targets_host_.data(), std::size_t(rows)));
+    Kokkos::deep_copy(ids_, HostIds(eval_ids_host_.data(), std::size_t(rows)));
+    Kokkos::deep_copy(targets_, HostIds(eval_targets_host_.data(), std::size_t(rows)));
     // The head runs in row chunks (FsdpOptions::loss_chunk_bytes): the
     // evaluation never holds the whole logits either.
     model_.forward_chunks(ids_, shape,

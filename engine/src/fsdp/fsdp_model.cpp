@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <type_traits>
 
@@ -56,6 +57,9 @@ struct LossSpec {
   enum class Kind { mse, cross_entropy } kind;
   Kokkos::View<const float*> target;            // mse
   Kokkos::View<const std::int32_t*> targets;    // cross_entropy
+  // cross_entropy: 3 doubles where the loss is left on the device
+  // (queue_forward_backward_ce); empty: read, and returned.
+  Kokkos::View<double*> result = {};
 };
 
 // The schedule in one compute type. Groups and options live in FsdpModel and
@@ -79,7 +83,8 @@ class FsdpCoreBase {
                                             ActShape shape) = 0;
   virtual void backward_f32(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                             Kokkos::View<const float*> dy, bool sync) = 0;
-  // forward, the loss head, backward; returns the head's loss.
+  // forward, the loss head, backward; returns the head's loss (NaN, unread,
+  // when the loss is left in loss.result).
   virtual double forward_backward(std::vector<ShardedGroup>& g, const FsdpOptions& o,
                                   const ModelInput& in, ActShape shape, const LossSpec& loss,
                                   double scale, bool sync) = 0;
@@ -285,7 +290,8 @@ class FsdpCore final : public FsdpCoreBase {
     if (loss.kind == LossSpec::Kind::mse)
       head = std::make_unique<MseHead<T>>(loss.target, scale);
     else
-      head = std::make_unique<CrossEntropyHead<T>>(loss.targets, scale, o.loss_chunk_bytes);
+      head = std::make_unique<CrossEntropyHead<T>>(loss.targets, scale, o.loss_chunk_bytes,
+                                                   loss.result);
     forward(g, o, in, shape, head->last_unit_chunk_bytes());
     if (head_deferred_) {
       const DeferredHead h = take_deferred_head();
@@ -297,7 +303,7 @@ class FsdpCore final : public FsdpCoreBase {
     } else {
       run_backward(g, o, head->output_gradient(acts_.back(), shapes_.back()), sync);
     }
-    return head->loss();
+    return loss.result.extent(0) != 0 ? std::numeric_limits<double>::quiet_NaN() : head->loss();
   }
 
  private:
@@ -629,14 +635,38 @@ double FsdpModel::forward_backward_ce(Kokkos::View<const std::int32_t*> ids, Act
                                  L{L::Kind::cross_entropy, {}, targets}, grad_scale, sync);
 }
 
+void FsdpModel::queue_forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                                          Kokkos::View<const std::int32_t*> targets,
+                                          double grad_scale, bool sync) {
+  // Slot k of the queue is doubles [2 + 3k, 5 + 3k) of the scratch, which
+  // grows (copying what is queued) when full: a few times in a run at most.
+  const std::size_t k = queued_.size();
+  const std::size_t need = 2 + 3 * (k + 1);
+  if (stats_total_.extent(0) < need) {
+    Kokkos::View<double*> grown("kshard.fsdp.grad_stats_total", 2 + 3 * std::max<std::size_t>(8, 2 * (k + 1)));
+    Kokkos::deep_copy(Kokkos::subview(grown, std::make_pair(std::size_t(0), stats_total_.extent(0))),
+                      stats_total_);
+    stats_total_ = grown;
+  }
+  using L = detail::LossSpec;
+  core_->forward_backward(
+      groups_, options_, detail::ModelInput::tokens(ids), shape,
+      L{L::Kind::cross_entropy, {}, targets, Kokkos::subview(stats_total_, std::make_pair(need - 3, need))},
+      grad_scale, sync);
+  queued_.push_back({shape.rows(), core_->info(core_->size() - 1).out_features});
+}
+
 void FsdpModel::zero_grad() {
   for (auto& g : groups_) g.zero_grad();
 }
 
-GradShardStats FsdpModel::prepare_optimizer_step() {
+PreparedStep FsdpModel::prepare_optimizer_step() {
   // The groups' statistics are summed on the device, in stream order, and come
-  // to the host in ONE copy: the step's only wait for the backward pass.
-  Kokkos::View<double*> total = stats_total_;
+  // to the host in ONE copy with the queued losses: the step's only wait for
+  // the backward pass.
+  const std::vector<QueuedLoss> queued = std::move(queued_);
+  queued_.clear();
+  Kokkos::View<double*> total = Kokkos::subview(stats_total_, std::make_pair(0, 2));
   fill<double>(total, 0.0);
   for (auto& g : groups_) {
     g.settle_grad();  // a shard still pending zero (no reduction since zero_grad) is zeroed now
@@ -647,8 +677,22 @@ GradShardStats FsdpModel::prepare_optimizer_step() {
           total(1) += s(1);
         });
   }
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), total);
-  return GradShardStats{h(0), std::int64_t(h(1))};
+  const std::size_t n = 2 + 3 * queued.size();
+  auto h = Kokkos::create_mirror_view_and_copy(
+      Kokkos::HostSpace(), Kokkos::subview(stats_total_, std::make_pair(std::size_t(0), n)));
+  PreparedStep r{GradShardStats{h(0), std::int64_t(h(1))}, {}};
+  for (std::size_t k = 0; k < queued.size(); ++k) {
+    const double bad = h(2 + 3 * k + 2);
+    if (bad != 0)
+      throw Error("queue_forward_backward_ce (call " + std::to_string(k + 1) + " of " +
+                      std::to_string(queued.size()) + " since the last optimizer step, rows=" +
+                      std::to_string(queued[k].rows) + ", vocab=" +
+                      std::to_string(queued[k].vocab) + "): " + std::to_string(std::int64_t(bad)) +
+                      " targets are >= vocab",
+                  "targets in [0, vocab), or negative to ignore a row");
+    r.losses.push_back(h(2 + 3 * k));
+  }
+  return r;
 }
 
 void FsdpModel::finish_optimizer_step() {

@@ -25,9 +25,16 @@ Kokkos::View<const T*> MseHead<T>::output_gradient(Kokkos::View<T*> out, const A
 
 template <class T>
 CrossEntropyHead<T>::CrossEntropyHead(Kokkos::View<const std::int32_t*> targets,
-                                      double grad_scale, std::size_t chunk_bytes)
-    : targets_(targets), scale_(grad_scale), chunk_bytes_(chunk_bytes),
-      result_(memory::acquire(3 * sizeof(double), "kshard.loss.ce_result")) {}
+                                      double grad_scale, std::size_t chunk_bytes,
+                                      Kokkos::View<double*> result)
+    : targets_(targets), scale_(grad_scale), chunk_bytes_(chunk_bytes) {
+  if (result.extent(0) == 3) {
+    result_ = result;
+  } else {
+    own_ = memory::acquire(3 * sizeof(double), "kshard.loss.ce_result");
+    result_ = own_.view<double>(3);
+  }
+}
 
 template <class T>
 Kokkos::View<const T*> CrossEntropyHead<T>::output_gradient(Kokkos::View<T*> logits,
@@ -37,7 +44,7 @@ Kokkos::View<const T*> CrossEntropyHead<T>::output_gradient(Kokkos::View<T*> log
   // The gradient overwrites the logits: the last unit's backward reads its
   // input and dy, never its own output.
   cross_entropy_loss_async<T, std::int32_t>(logits, rows_, vocab_, targets_, logits, scale_,
-                                            result_.view<double>(3));
+                                            result_);
   return logits;
 }
 
@@ -50,12 +57,12 @@ void CrossEntropyHead<T>::last_unit_backward(Layer<T>& last, Kokkos::View<const 
   rows_ = in_shape.rows();
   vocab_ = last.out_features();
   chunked_cross_entropy_async<T, std::int32_t>(last, input, in_shape, params, grads, targets_,
-                                               scale_, dx, chunk_rows, result_.view<double>(3));
+                                               scale_, dx, chunk_rows, result_);
 }
 
 template <class T>
 double CrossEntropyHead<T>::loss() {
-  return cross_entropy_result(result_.view<double>(3), rows_, vocab_);
+  return cross_entropy_result(result_, rows_, vocab_);
 }
 
 #define KSHARD_LOSS_HEADS(T)          \

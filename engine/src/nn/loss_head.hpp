@@ -70,8 +70,11 @@ template <class T>
 class CrossEntropyHead final : public LossHead<T> {
  public:
   /// chunk_bytes: the most bytes of logits one chunk may take (0: no chunks).
+  /// result: 3 doubles where the loss is left on the device for the caller
+  /// to read later ({mean loss, counted rows, bad targets}); empty: a pool
+  /// block of the head's own, read by loss().
   CrossEntropyHead(Kokkos::View<const std::int32_t*> targets, double grad_scale,
-                   std::size_t chunk_bytes);
+                   std::size_t chunk_bytes, Kokkos::View<double*> result = {});
   std::size_t last_unit_chunk_bytes() const override { return chunk_bytes_; }
   Kokkos::View<const T*> output_gradient(Kokkos::View<T*> out, const ActShape& shape) override;
   void last_unit_backward(Layer<T>& last, Kokkos::View<const T*> input, const ActShape& in_shape,
@@ -84,7 +87,8 @@ class CrossEntropyHead final : public LossHead<T> {
   Kokkos::View<const std::int32_t*> targets_;
   double scale_;
   std::size_t chunk_bytes_;
-  memory::Block result_;  // {mean loss, counted rows, bad targets}, on the device
+  memory::Block own_;              // result_'s memory when the caller gave none
+  Kokkos::View<double*> result_;  // {mean loss, counted rows, bad targets}, on the device
   std::int64_t rows_ = 0, vocab_ = 0;
 };
 

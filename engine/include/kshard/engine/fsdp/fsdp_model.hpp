@@ -10,9 +10,13 @@
 //   kshard::FsdpModel model(mesh, defs, kshard::Recipe::parse("bf16"));
 //   model.init_parameters(seed);
 //   double loss = model.forward_backward_ce(token_ids, {batch, seq, 1}, targets);
-//   GradShardStats local = model.prepare_optimizer_step();
+//   PreparedStep local = model.prepare_optimizer_step();   // local.grads: statistics
 //   // then the optimizer steps every group's shard (kshard::optim), and
 //   model.finish_optimizer_step();
+//
+// A training loop that wants one wait per step queues its micro-batches
+// (queue_forward_backward_ce: the loss stays on the device) and gets every
+// loss with the gradient statistics from prepare_optimizer_step's one copy.
 //
 // Forward: unit i is unsharded (ONE all-gather) before its forward; unit i+1's
 // all-gather is started before unit i computes (prefetch); with
@@ -86,6 +90,14 @@ struct LayerKindInfo {
   bool decodes = false;  // Layer::decodes()
 };
 }  // namespace detail
+
+/// What prepare_optimizer_step() brings to the host, in one copy.
+struct PreparedStep {
+  GradShardStats grads;  ///< this rank's gradient statistics over all units
+  /// The loss of each queue_forward_backward_ce() since the last
+  /// prepare_optimizer_step(), in call order (this rank's unscaled losses).
+  std::vector<double> losses;
+};
 
 class FsdpModel {
  public:
@@ -170,13 +182,26 @@ class FsdpModel {
                              Kokkos::View<const std::int32_t*> targets, double grad_scale = 1.0,
                              bool sync = true);
 
+  /// forward_backward_ce(ids, ...) without waiting for the loss: it stays on
+  /// the device, with the count of bad targets, until prepare_optimizer_step()
+  /// brings it to the host together with the gradient statistics. The GPU
+  /// then never idles between a backward and the optimizer while the host
+  /// reads a number (a training step waits once, not once per micro-batch
+  /// plus once for the statistics). Bad targets are reported there.
+  void queue_forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
+                                 Kokkos::View<const std::int32_t*> targets,
+                                 double grad_scale = 1.0, bool sync = true);
+
   void zero_grad();
   /// Before an optimizer step: writes every unit's pending lazy zero_grad
   /// (ShardedGroup::settle_grad: a unit no reduction reached since) and
   /// returns this rank's gradient statistics over all units (see
-  /// ShardedGroup::grad_stats): feed them to FusedAdam::combine_stats() and
-  /// apply() to step without re-reading the gradients.
-  GradShardStats prepare_optimizer_step();
+  /// ShardedGroup::grad_stats; feed them to FusedAdam::combine_stats() and
+  /// apply() to step without re-reading the gradients) and the queued losses,
+  /// in one device-to-host copy. A queued micro-batch with targets >= vocab
+  /// is a kshard::Error here (local: the caller agrees on it across ranks);
+  /// the queue is empty afterwards either way.
+  PreparedStep prepare_optimizer_step();
   /// After it: re-derives the low-precision shards the optimizer did not
   /// write (fp8_init); under delayed fp8 scaling, max-reduces this step's
   /// amaxes over all ranks and moves every scale to its history (collective:
@@ -202,7 +227,13 @@ class FsdpModel {
   FsdpOptions options_;
   std::vector<ShardedGroup> groups_;
   std::unique_ptr<detail::FsdpCoreBase> core_;
-  Kokkos::View<double*> stats_total_;  // device scratch of prepare_optimizer_step()
+  // Device scratch of prepare_optimizer_step(): the statistics' totals (2
+  // doubles), then 3 per queued loss ({mean, counted rows, bad targets}).
+  Kokkos::View<double*> stats_total_;
+  struct QueuedLoss {
+    std::int64_t rows, vocab;
+  };
+  std::vector<QueuedLoss> queued_;
   std::unique_ptr<Fp8AmaxHistory> fp8_history_;  // delayed fp8 scaling only
 };
 
