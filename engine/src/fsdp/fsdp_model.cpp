@@ -666,17 +666,31 @@ PreparedStep FsdpModel::prepare_optimizer_step() {
   // the backward pass.
   const std::vector<QueuedLoss> queued = std::move(queued_);
   queued_.clear();
-  Kokkos::View<double*> total = Kokkos::subview(stats_total_, std::make_pair(0, 2));
-  fill<double>(total, 0.0);
-  for (auto& g : groups_) {
+  for (auto& g : groups_)
     g.settle_grad();  // a shard still pending zero (no reduction since zero_grad) is zeroed now
-    Kokkos::View<const double*> s = g.grad_stats_device();
-    Kokkos::parallel_for(
-        "kshard::fsdp_sum_grad_stats", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) {
-          total(0) += s(0);
-          total(1) += s(1);
-        });
+  // One kernel totals the groups' statistics in group order (their Views live
+  // as long as the groups: the addresses are gathered once).
+  if (stats_sources_.extent(0) != groups_.size()) {
+    stats_sources_ = Kokkos::View<std::uintptr_t*>("kshard.fsdp.grad_stats_sources", groups_.size());
+    auto h = Kokkos::create_mirror_view(stats_sources_);
+    for (std::size_t i = 0; i < groups_.size(); ++i)
+      h(i) = reinterpret_cast<std::uintptr_t>(groups_[i].grad_stats_device().data());
+    Kokkos::deep_copy(stats_sources_, h);
   }
+  const Kokkos::View<double*> total = stats_total_;
+  const Kokkos::View<const std::uintptr_t*> sources = stats_sources_;
+  const std::int64_t groups = std::int64_t(groups_.size());
+  Kokkos::parallel_for(
+      "kshard::fsdp_sum_grad_stats", Kokkos::RangePolicy<>(0, 1), KOKKOS_LAMBDA(int) {
+        double sum = 0.0, nonfinite = 0.0;
+        for (std::int64_t i = 0; i < groups; ++i) {
+          const double* s = reinterpret_cast<const double*>(sources(i));
+          sum += s[0];
+          nonfinite += s[1];
+        }
+        total(0) = sum;
+        total(1) = nonfinite;
+      });
   const std::size_t n = 2 + 3 * queued.size();
   auto h = Kokkos::create_mirror_view_and_copy(
       Kokkos::HostSpace(), Kokkos::subview(stats_total_, std::make_pair(std::size_t(0), n)));

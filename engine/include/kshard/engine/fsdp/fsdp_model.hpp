@@ -234,6 +234,7 @@ class FsdpModel {
     std::int64_t rows, vocab;
   };
   std::vector<QueuedLoss> queued_;
+  Kokkos::View<std::uintptr_t*> stats_sources_;  // each group's grad_stats_device() address
   std::unique_ptr<Fp8AmaxHistory> fp8_history_;  // delayed fp8 scaling only
 };
 
