@@ -225,24 +225,9 @@ BOOST_AUTO_TEST_CASE(divergence_guard_trips_on_every_rank) {
 
 namespace {
 
-/// The loss of the batch the Trainer would take at data position `position`
-/// (this rank's slice, one micro-batch), through the model's synchronous
-/// path: what trainer.step() must report if it trains on that batch.
-double loss_at(kshard::Trainer& t, const kshard::TokenSource& data, std::int64_t position) {
-  const auto& world = t.model().mesh().world();
-  const std::int64_t batch = t.options().batch, rows = batch * kSeq;
-  std::vector<std::int32_t> ids(std::size_t(rows), 0), targets(std::size_t(rows), 0);
-  data.fill(t.options().data_seed, position + world.rank() * batch, batch, kSeq, ids.data(),
-            targets.data());
-  Kokkos::View<std::int32_t*> di("test.ids", std::size_t(rows)), dt("test.targets", std::size_t(rows));
-  using H = Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  Kokkos::deep_copy(di, H(ids.data(), ids.size()));
-  Kokkos::deep_copy(dt, H(targets.data(), targets.size()));
-  return t.model().forward_backward_ce(di, {batch, kSeq, 1}, dt);
-}
-
-/// VectorSource, but a target >= vocab in the sequences of the odd ranks'
-/// slices (bad_rank 1; every rank's when bad_rank < 0) while `armed`.
+/// VectorSource, but a target >= vocab (or a token id outside [0, vocab))
+/// in the sequences of the odd ranks' slices (bad_rank 1; every rank's when
+/// bad_rank < 0) while `armed`.
 class BadTargetSource final : public kshard::TokenSource {
  public:
   BadTargetSource(const kshard::TokenSource& inner, std::int64_t batch, int bad_rank)
@@ -250,10 +235,17 @@ class BadTargetSource final : public kshard::TokenSource {
   void fill(std::uint64_t seed, std::int64_t first, std::int64_t count, std::int64_t seq,
             std::int32_t* ids, std::int32_t* targets) const override {
     inner_.fill(seed, first, count, seq, ids, targets);
-    if (armed && (bad_rank_ < 0 || (first / batch_) % 2 == bad_rank_)) targets[seq - 1] = kVocab;
+    if (armed && (bad_rank_ < 0 || (first / batch_) % 2 == bad_rank_)) {
+      if (bad_id)
+        ids[seq - 1] = id_value;
+      else
+        targets[seq - 1] = kVocab;
+    }
   }
   std::string describe() const override { return "bad-target source"; }
   bool armed = true;
+  bool bad_id = false;
+  std::int32_t id_value = -1;
 
  private:
   const kshard::TokenSource& inner_;
@@ -263,62 +255,47 @@ class BadTargetSource final : public kshard::TokenSource {
 
 }  // namespace
 
-// The Trainer reads the next step's batch while the GPU runs the optimizer:
-// a step still trains on the batch at its data position when that moved
-// (restore) or the source changed since, and on the read-ahead one otherwise.
-BOOST_AUTO_TEST_CASE(read_ahead_batch_follows_position_and_source) {
-  const auto& world = kt::world();
-  const kshard::DeviceMesh mesh(world, {world.size()});
-  const VectorSource x(make_tokens(4000, 6)), y(make_tokens(4000, 7));
-  kshard::FsdpModel model(mesh, tiny_lm(), kshard::Recipe::parse("fp32"));
-  model.init_parameters(3);
-  kshard::Trainer t(std::move(model), options(1));
-  const std::int64_t per_step = t.sequences_per_step();
-  t.step(x);
-  // The read-ahead batch, as it is.
-  double want = loss_at(t, x, per_step);
-  double got = t.step(x).local_loss;
-  KSHARD_CHECK_ALL_MSG(bits(got) == bits(want), "next batch: " << got << " vs " << want);
-  // Moved back to position 0: the read-ahead batch (position 2) is not used.
-  kshard::TrainerState s = t.state();
-  s.data_position = 0;
-  t.restore(s);
-  want = loss_at(t, x, 0);
-  got = t.step(x).local_loss;
-  KSHARD_CHECK_ALL_MSG(bits(got) == bits(want), "after restore: " << got << " vs " << want);
-  // Another source at the same position: its batch, not x's read ahead.
-  want = loss_at(t, y, per_step);
-  got = t.step(y).local_loss;
-  KSHARD_CHECK_ALL_MSG(bits(got) == bits(want), "other source: " << got << " vs " << want);
-}
-
-// A target >= vocab on some ranks (all at 1 rank): the queued loss finds it at the step's one
-// read, every rank throws before the optimizer (the parameters are
-// unchanged) and the next good step trains normally.
-BOOST_AUTO_TEST_CASE(bad_target_throws_everywhere_before_the_update) {
+// A target >= vocab, or a token id below 0 or >= vocab, on some ranks (all
+// at 1 rank): the queued step finds it at its one read (the embedding
+// counted the ids instead of waiting to check them), every rank throws
+// before the optimizer (the parameters are unchanged) and the next good step
+// trains normally.
+BOOST_AUTO_TEST_CASE(bad_target_or_id_throws_everywhere_before_the_update) {
   const auto& world = kt::world();
   const kshard::DeviceMesh mesh(world, {world.size()});
   const VectorSource good(make_tokens(4000, 8));
   kshard::TrainerOptions o = options(2);
-  BadTargetSource bad(good, o.batch, world.size() > 1 ? 1 : -1);
   kshard::FsdpModel model(mesh, tiny_lm(), kshard::Recipe::parse("fp32"));
   model.init_parameters(4);
   kshard::Trainer t(std::move(model), o);
   t.step(good);
-  const auto before = kshard::test::gather_master_parameters(t.model());
-  std::string caught;
-  try {
-    t.step(bad);
-  } catch (const kshard::Error& e) {
-    caught = e.what();
+  struct Case {
+    bool bad_id;
+    std::int32_t id;
+    const char* says;
+  };
+  for (const Case c : {Case{false, 0, "targets are >= vocab"},
+                       Case{true, -1, "token ids are not integers in [0, 40)"},
+                       Case{true, std::int32_t(kVocab), "token ids are not integers in [0, 40)"}}) {
+    BadTargetSource bad(good, o.batch, world.size() > 1 ? 1 : -1);
+    bad.bad_id = c.bad_id;
+    bad.id_value = c.id;
+    const std::int64_t steps = t.step_count();
+    const auto before = kshard::test::gather_master_parameters(t.model());
+    std::string caught;
+    try {
+      t.step(bad);
+    } catch (const kshard::Error& e) {
+      caught = e.what();
+    }
+    KSHARD_CHECK_ALL_MSG(caught.find(c.says) != std::string::npos,
+                         "caught '" << caught << "', expected '" << c.says << "'");
+    KSHARD_CHECK_ALL(same_bits(before, kshard::test::gather_master_parameters(t.model())));
+    KSHARD_CHECK_ALL(t.step_count() == steps);
+    bad.armed = false;
+    const kshard::StepReport r = t.step(bad);
+    KSHARD_CHECK_ALL(std::isfinite(r.loss) && !r.optimizer.skipped && t.step_count() == steps + 1);
   }
-  KSHARD_CHECK_ALL_MSG(caught.find("targets are >= vocab") != std::string::npos,
-                       "caught '" << caught << "'");
-  KSHARD_CHECK_ALL(same_bits(before, kshard::test::gather_master_parameters(t.model())));
-  KSHARD_CHECK_ALL(t.step_count() == 1);
-  bad.armed = false;
-  const kshard::StepReport r = t.step(bad);
-  KSHARD_CHECK_ALL(std::isfinite(r.loss) && !r.optimizer.skipped && t.step_count() == 2);
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_throw) {

@@ -64,10 +64,10 @@ std::int64_t Trainer::sequences_per_step() const noexcept {
   return std::int64_t(options_.accum) * model_.mesh().world().size() * options_.batch;
 }
 
-void Trainer::read_ahead(const TokenSource& data) noexcept {
+void Trainer::fill_host(const TokenSource& data) {
   const Communicator& world = model_.mesh().world();
   const std::int64_t rows = options_.batch * options_.seq;
-  ahead_ = ReadAhead{&data, options_.data_seed, position_, nullptr};
+  std::exception_ptr failure;
   try {
     for (int m = 0; m < options_.accum; ++m) {
       // Global micro-batch m of this step holds world * batch sequences;
@@ -78,18 +78,8 @@ void Trainer::read_ahead(const TokenSource& data) noexcept {
                 ids_host_.data() + m * rows, targets_host_.data() + m * rows);
     }
   } catch (...) {
-    ahead_->failure = std::current_exception();
+    failure = std::current_exception();
   }
-}
-
-void Trainer::fill_host(const TokenSource& data) {
-  // The previous step read this batch while the GPU ran its optimizer, if
-  // nothing moved since (the same source object, seed and position).
-  if (!(ahead_ && ahead_->source == &data && ahead_->seed == options_.data_seed &&
-        ahead_->position == position_))
-    read_ahead(data);
-  const std::exception_ptr failure = ahead_->failure;
-  ahead_.reset();  // used (or failed): the next step reads its own
   agree_ok(model_.mesh().world(), failure, "reading training data from " + data.describe());
 }
 
@@ -111,7 +101,10 @@ StepReport Trainer::step(const TokenSource& data) {
 
   model_.zero_grad();
   for (int m = 0; m < options_.accum; ++m) {
-    // (A synchronous copy: the previous micro-batch's backward has read ids_.)
+    // deep_copy without an execution space fences first: the previous
+    // micro-batch's forward and backward, which read ids_, have finished.
+    // (So the step still waits here once per micro-batch after the first, and
+    // at the first for the previous step's optimizer.)
     Kokkos::deep_copy(ids_, HostIds(ids_host_.data() + m * rows, std::size_t(rows)));
     Kokkos::deep_copy(targets_, HostIds(targets_host_.data() + m * rows, std::size_t(rows)));
     model_.queue_forward_backward_ce(ids_, shape, targets_, double(scale) / options_.accum,
@@ -143,9 +136,6 @@ StepReport Trainer::step(const TokenSource& data) {
 
   ++step_;
   position_ += sequences_per_step();
-  // The next step's batch is read now, on the host, while the GPU runs the
-  // optimizer just queued (its errors are reported by that step).
-  read_ahead(data);
   consecutive_skipped_ = r.optimizer.skipped ? consecutive_skipped_ + 1 : 0;
   r.step = step_;
   r.consecutive_skipped = consecutive_skipped_;
@@ -195,25 +185,23 @@ EvalResult Trainer::evaluate(const TokenFile& data, std::int64_t batches) {
         m.group(i).reshard();
     }
   } reshard{model_};
-  eval_ids_host_.resize(std::size_t(rows));
-  eval_targets_host_.resize(std::size_t(rows));
   double sum = 0, count = 0;
   for (std::int64_t p = 0; p < passes; ++p) {
     const std::int64_t first = p * per_pass + std::int64_t(world.rank()) * batch;
     const std::int64_t valid = std::max<std::int64_t>(0, std::min(batch, windows - first));
     std::exception_ptr failure;
     try {
-      data.fill_eval(first, valid, seq, eval_ids_host_.data(), eval_targets_host_.data());
+      data.fill_eval(first, valid, seq, ids_host_.data(), targets_host_.data());
     } catch (...) {
       failure = std::current_exception();
     }
     agree_ok(model_.mesh().world(), failure, "reading evaluation data from " + data.describe());
     // Padding rows: a valid id, an ignored target.
-    std::fill(eval_ids_host_.begin() + valid * seq, eval_ids_host_.end(), 0);
-    std::fill(eval_targets_host_.begin() + valid * seq, eval_targets_host_.end(), -1);
+    std::fill(ids_host_.begin() + valid * seq, ids_host_.begin() + rows, 0);
+    std::fill(targets_host_.begin() + valid * seq, targets_host_.begin() + rows, -1);
     count += double(valid * seq);
-    Kokkos::deep_copy(ids_, HostIds(eval_ids_host_.data(), std::size_t(rows)));
-    Kokkos::deep_copy(targets_, HostIds(eval_targets_host_.data(), std::size_t(rows)));
+    Kokkos::deep_copy(ids_, HostIds(ids_host_.data(), std::size_t(rows)));
+    Kokkos::deep_copy(targets_, HostIds(targets_host_.data(), std::size_t(rows)));
     // The head runs in row chunks (FsdpOptions::loss_chunk_bytes): the
     // evaluation never holds the whole logits either.
     model_.forward_chunks(ids_, shape,

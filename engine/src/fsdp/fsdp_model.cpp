@@ -91,6 +91,8 @@ class FsdpCoreBase {
   // fp8 products for every layer but a final Linear (the LM head stays bf16,
   // as TransformerEngine models keep their output projection out of fp8).
   virtual void set_fp8_policy(const Fp8Policy& policy) = 0;
+  // The first layer's Layer::defer_token_check.
+  virtual void defer_token_check(Kokkos::View<double*> counter) = 0;
   virtual void fp8_scales(std::vector<Fp8Scale*>& out) = 0;
   // Unit `unit`'s parameter `param` (its layer's spec index) is unit
   // `source`'s parameter `source_param`: not in unit's group (the groups are
@@ -119,6 +121,9 @@ class FsdpCore final : public FsdpCoreBase {
     const bool head = !layers_.empty() && layers_.back()->kind() == "Linear";
     for (std::size_t i = 0; i < layers_.size() - (head ? 1 : 0); ++i)
       layers_[i]->set_fp8_policy(policy);
+  }
+  void defer_token_check(Kokkos::View<double*> counter) override {
+    layers_.front()->defer_token_check(counter);
   }
   void fp8_scales(std::vector<Fp8Scale*>& out) override {
     for (auto& l : layers_) l->fp8_scales(out);
@@ -638,22 +643,34 @@ double FsdpModel::forward_backward_ce(Kokkos::View<const std::int32_t*> ids, Act
 void FsdpModel::queue_forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                                           Kokkos::View<const std::int32_t*> targets,
                                           double grad_scale, bool sync) {
-  // Slot k of the queue is doubles [2 + 3k, 5 + 3k) of the scratch, which
-  // grows (copying what is queued) when full: a few times in a run at most.
+  // The scratch holds the statistics' totals, the queued calls' count of bad
+  // token ids, then slot k of the queue: doubles [3 + 3k, 6 + 3k). It grows
+  // (copying what is queued) when full: a few times in a run at most.
   const std::size_t k = queued_.size();
-  const std::size_t need = 2 + 3 * (k + 1);
+  const std::size_t need = 3 + 3 * (k + 1);
   if (stats_total_.extent(0) < need) {
-    Kokkos::View<double*> grown("kshard.fsdp.grad_stats_total", 2 + 3 * std::max<std::size_t>(8, 2 * (k + 1)));
+    Kokkos::View<double*> grown("kshard.fsdp.grad_stats_total",
+                                3 + 3 * std::max<std::size_t>(8, 2 * (k + 1)));
     Kokkos::deep_copy(Kokkos::subview(grown, std::make_pair(std::size_t(0), stats_total_.extent(0))),
                       stats_total_);
     stats_total_ = grown;
   }
+  const Kokkos::View<double*> bad_ids = Kokkos::subview(stats_total_, std::make_pair(2, 3));
+  if (k == 0) fill<double>(bad_ids, 0.0);
+  // The embedding counts bad ids into the scratch instead of waiting for the
+  // device to check them (the queue has no wait until prepare_optimizer_step).
+  struct Deferred {
+    detail::FsdpCoreBase& core;
+    ~Deferred() { core.defer_token_check({}); }
+  } deferred{*core_};
+  core_->defer_token_check(bad_ids);
   using L = detail::LossSpec;
   core_->forward_backward(
       groups_, options_, detail::ModelInput::tokens(ids), shape,
       L{L::Kind::cross_entropy, {}, targets, Kokkos::subview(stats_total_, std::make_pair(need - 3, need))},
       grad_scale, sync);
-  queued_.push_back({shape.rows(), core_->info(core_->size() - 1).out_features});
+  queued_.push_back({shape.rows(), core_->info(core_->size() - 1).out_features,
+                     core_->info(0).takes_token_ids ? core_->info(0).specs.at(0).shape.at(0) : 0});
 }
 
 void FsdpModel::zero_grad() {
@@ -691,12 +708,18 @@ PreparedStep FsdpModel::prepare_optimizer_step() {
         total(0) = sum;
         total(1) = nonfinite;
       });
-  const std::size_t n = 2 + 3 * queued.size();
+  const std::size_t n = 3 + 3 * queued.size();
   auto h = Kokkos::create_mirror_view_and_copy(
       Kokkos::HostSpace(), Kokkos::subview(stats_total_, std::make_pair(std::size_t(0), n)));
   PreparedStep r{GradShardStats{h(0), std::int64_t(h(1))}, {}};
+  if (!queued.empty() && h(2) != 0)
+    throw Error("queue_forward_backward_ce (" + std::to_string(queued.size()) +
+                    " calls since the last optimizer step): " +
+                    std::to_string(std::int64_t(h(2))) + " token ids are not integers in [0, " +
+                    std::to_string(queued.front().vocab_in) + ")",
+                "every id an integer in [0, vocab)");
   for (std::size_t k = 0; k < queued.size(); ++k) {
-    const double bad = h(2 + 3 * k + 2);
+    const double bad = h(3 + 3 * k + 2);
     if (bad != 0)
       throw Error("queue_forward_backward_ce (call " + std::to_string(k + 1) + " of " +
                       std::to_string(queued.size()) + " since the last optimizer step, rows=" +
@@ -704,7 +727,7 @@ PreparedStep FsdpModel::prepare_optimizer_step() {
                       std::to_string(queued[k].vocab) + "): " + std::to_string(std::int64_t(bad)) +
                       " targets are >= vocab",
                   "targets in [0, vocab), or negative to ignore a row");
-    r.losses.push_back(h(2 + 3 * k));
+    r.losses.push_back(h(3 + 3 * k));
   }
   return r;
 }

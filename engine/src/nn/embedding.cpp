@@ -14,16 +14,25 @@ namespace kshard {
 
 namespace detail::embedding {
 
+// Every kernel reads an id through this: one outside [0, vocab) stands for
+// row 0, so no kernel reads or writes outside the table. Such ids are errors
+// (checked before the forward, or counted for a later check: the step's
+// results are then not used); this only keeps memory safe meanwhile.
+KOKKOS_INLINE_FUNCTION std::int32_t table_row(std::int32_t id, std::int64_t vocab) {
+  return id >= 0 && id < vocab ? id : 0;
+}
+
 // Row r holds the token at position first + r % seq: first is 0 in training,
 // the cached tokens' count in incremental decoding.
 template <class T>
 void forward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> weight,
              Kokkos::View<const T*> position, bool use_position, Kokkos::View<T*> y,
-             std::int64_t rows, std::int64_t seq, std::int64_t d, std::int64_t first = 0) {
+             std::int64_t rows, std::int64_t seq, std::int64_t d, std::int64_t vocab,
+             std::int64_t first = 0) {
   compat::for_each_row(
       "kshard::embedding_forward", rows, d, KOKKOS_LAMBDA(std::int64_t r, std::int64_t c) {
         const std::int64_t i = r * d + c;
-        const std::int64_t id = ids(r);
+        const std::int64_t id = table_row(ids(r), vocab);
         if (use_position)
           y(i) = from_accum<T>(to_accum(weight(id * d + c)) +
                                to_accum(position((first + r % seq) * d + c)));
@@ -73,7 +82,7 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
       });
   compat::for_each_index(
       "kshard::embedding_count_ids", rows,
-      KOKKOS_LAMBDA(std::int64_t r) { Kokkos::atomic_add(&offsets(ids(r)), I(1)); });
+      KOKKOS_LAMBDA(std::int64_t r) { Kokkos::atomic_add(&offsets(table_row(ids(r), vocab)), I(1)); });
   // Exclusive scan of the counts, in place: offsets(v) = rows with id < v,
   // offsets(vocab) = rows. (Each i reads its count before writing it.)
   Kokkos::parallel_scan(
@@ -85,13 +94,13 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
       });
   compat::for_each_index(
       "kshard::embedding_fill_buckets", rows, KOKKOS_LAMBDA(std::int64_t r) {
-        const I id = ids(r);
+        const I id = table_row(ids(r), vocab);
         slots(offsets(id) + Kokkos::atomic_fetch_add(&cursor(id), I(1))) = I(r);
       });
   compat::for_each_index(
       "kshard::embedding_order_buckets", rows, KOKKOS_LAMBDA(std::int64_t p) {
         const I r = slots(p);
-        const I id = ids(r);
+        const I id = table_row(ids(r), vocab);
         const I lo = offsets(id), hi = offsets(id + 1);
         I before = 0;
         for (I q = lo; q < hi; ++q) before += slots(q) < r ? 1 : 0;
@@ -110,7 +119,7 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
     compat::for_each_row(
         "kshard::embedding_backward_weight", rows, d,
         KOKKOS_LAMBDA(std::int64_t p, std::int64_t c) {
-          const I id = ids(order(p));
+          const I id = table_row(ids(order(p)), vocab);
           const I lo = offsets(id);
           if (p != lo) return;  // one team per bucket: the one at its first place
           dweight(std::int64_t(id) * d + c) += bucket_sum<T>(dy, order, lo, offsets(id + 1), d, c);
@@ -127,6 +136,15 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
         if (i < seq * d)
           for (std::int64_t b = 0; b < batch; ++b) s += to_accum(dy(b * seq * d + i));
         dposition(i) = assign ? s : dposition(i) + s;
+      });
+}
+
+void count_bad_ids_into(Kokkos::View<const std::int32_t*> ids, std::int64_t vocab,
+                        Kokkos::View<double*> counter) {
+  compat::for_each_index(
+      "kshard::embedding_count_bad_ids", static_cast<std::int64_t>(ids.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t r) {
+        if (!(ids(r) >= 0 && ids(r) < vocab)) Kokkos::atomic_add(&counter(0), 1.0);
       });
 }
 
@@ -207,7 +225,10 @@ void Embedding<T>::forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShap
   detail::check_size(who, "y", y.extent(0), shape.rows() * d_);
   detail::check_param_views<T>(*this, who, params);
   check_seq(shape, max_seq_);
-  check_ids(detail::embedding::count_bad_ids(ids, vocab_), vocab_);
+  if (deferred_check_.extent(0) != 0)
+    detail::embedding::count_bad_ids_into(ids, vocab_, deferred_check_);  // no wait
+  else
+    check_ids(detail::embedding::count_bad_ids(ids, vocab_), vocab_);
   embed(ids, shape, params, y);
 }
 
@@ -216,7 +237,7 @@ void Embedding<T>::embed(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                          const ConstViews& params, Kokkos::View<T*> y) {
   const bool pos = max_seq_ > 0;
   detail::embedding::forward<T>(ids, params[0], pos ? params[1] : Kokkos::View<const T*>(), pos, y,
-                                shape.rows(), shape.seq, d_);
+                                shape.rows(), shape.seq, d_, vocab_);
   ids_ = ids;
   shape_ = shape;
   saved_ = true;
@@ -244,7 +265,7 @@ void Embedding<T>::decode_tokens(Kokkos::View<const std::int32_t*> ids, ActShape
   // The forward's lookup with the positions shifted by the cached tokens.
   const bool pos = max_seq_ > 0;
   detail::embedding::forward<T>(ids, params[0], pos ? params[1] : Kokkos::View<const T*>(), pos, y,
-                                shape.rows(), shape.seq, d_, step.position);
+                                shape.rows(), shape.seq, d_, vocab_, step.position);
 }
 
 template <class T>

@@ -94,7 +94,6 @@
 // the result is the same for any world size and mesh up to the order of that
 // double sum and the GEMMs' row blocking (a few ulps of fp32).
 #include <cstdint>
-#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -225,13 +224,7 @@ class Trainer {
   std::int64_t sequences_per_step() const noexcept;
 
  private:
-  /// This step's micro-batches into ids_host_ / targets_host_ (read ahead by
-  /// the previous step where it could), a read error on any rank an error on
-  /// every rank. Collective.
   void fill_host(const TokenSource& data);
-  /// Reads the batch at position_ into the host buffers; keeps an error for
-  /// fill_host to report. Local.
-  void read_ahead(const TokenSource& data) noexcept;
   /// Throws kshard::Error when `s` cannot be restored. Local.
   void check_restorable(const TrainerState& s) const;
 
@@ -246,17 +239,6 @@ class Trainer {
   // One micro-batch on the device; all of a step's micro-batches on the host.
   Kokkos::View<std::int32_t*> ids_, targets_;
   std::vector<std::int32_t> ids_host_, targets_host_;
-  // What the host buffers hold: the batch of (source, seed, position), read
-  // at the end of the previous step; an error it met is reported by the step.
-  struct ReadAhead {
-    const TokenSource* source;  // compared, never dereferenced
-    std::uint64_t seed;
-    std::int64_t position;
-    std::exception_ptr failure;
-  };
-  std::optional<ReadAhead> ahead_;
-  // evaluate()'s own host buffers (the training ones may hold the next batch).
-  std::vector<std::int32_t> eval_ids_host_, eval_targets_host_;
   // The asynchronous save and its host snapshot (kept across saves).
   std::unique_ptr<AsyncSaver> saver_;
 };

@@ -182,12 +182,15 @@ class FsdpModel {
                              Kokkos::View<const std::int32_t*> targets, double grad_scale = 1.0,
                              bool sync = true);
 
-  /// forward_backward_ce(ids, ...) without waiting for the loss: it stays on
-  /// the device, with the count of bad targets, until prepare_optimizer_step()
-  /// brings it to the host together with the gradient statistics. The GPU
-  /// then never idles between a backward and the optimizer while the host
-  /// reads a number (a training step waits once, not once per micro-batch
-  /// plus once for the statistics). Bad targets are reported there.
+  /// forward_backward_ce(ids, ...) without waiting for the device: the loss
+  /// stays there, with the counts of bad targets and of bad token ids (the
+  /// embedding counts them instead of checking them at once:
+  /// Layer::defer_token_check), until prepare_optimizer_step() brings them to
+  /// the host together with the gradient statistics. The GPU then never idles
+  /// while the host waits for a number in the middle of a step (a training
+  /// step waits once, not at each forward for its ids, at each backward for
+  /// its loss and again for the statistics). Bad ids and targets are reported
+  /// there; the gradients of such a step are not to be used.
   void queue_forward_backward_ce(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                                  Kokkos::View<const std::int32_t*> targets,
                                  double grad_scale = 1.0, bool sync = true);
@@ -199,7 +202,8 @@ class FsdpModel {
   /// ShardedGroup::grad_stats; feed them to FusedAdam::combine_stats() and
   /// apply() to step without re-reading the gradients) and the queued losses,
   /// in one device-to-host copy. A queued micro-batch with targets >= vocab
-  /// is a kshard::Error here (local: the caller agrees on it across ranks);
+  /// or token ids outside [0, vocab) is a kshard::Error here (local: the
+  /// caller agrees on it across ranks);
   /// the queue is empty afterwards either way.
   PreparedStep prepare_optimizer_step();
   /// After it: re-derives the low-precision shards the optimizer did not
@@ -228,10 +232,11 @@ class FsdpModel {
   std::vector<ShardedGroup> groups_;
   std::unique_ptr<detail::FsdpCoreBase> core_;
   // Device scratch of prepare_optimizer_step(): the statistics' totals (2
-  // doubles), then 3 per queued loss ({mean, counted rows, bad targets}).
+  // doubles), the queued calls' bad token ids (1), then 3 per queued loss
+  // ({mean, counted rows, bad targets}).
   Kokkos::View<double*> stats_total_;
   struct QueuedLoss {
-    std::int64_t rows, vocab;
+    std::int64_t rows, vocab, vocab_in;  // vocab_in: the embedding's table rows
   };
   std::vector<QueuedLoss> queued_;
   Kokkos::View<std::uintptr_t*> stats_sources_;  // each group's grad_stats_device() address

@@ -4,8 +4,9 @@
 // The input holds one int32 token id per row (features = 1), through
 // forward_tokens() (what FsdpModel::forward(ids) feeds it); forward() on ids
 // stored as T is an error (not every id is exact in T). Ids must be in
-// [0, vocab) (checked, kshard::Error). dx is written as zeros: ids have no
-// gradient.
+// [0, vocab) (checked, kshard::Error: a wait for the device at each forward,
+// or counted for the caller to read later, defer_token_check). dx is written
+// as zeros: ids have no gradient.
 // Params: "weight" [vocab, d] ~ N(0, 0.02) (GPT-2's init), and with
 // max_seq > 0 also "position" [max_seq, d] ~ N(0, 0.02); seq must be <= max_seq.
 //
@@ -42,6 +43,7 @@ class Embedding final : public Layer<T> {
   bool assigns_grads() const override { return true; }
   void forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                       const ConstViews& params, Kokkos::View<T*> y) override;
+  void defer_token_check(Kokkos::View<double*> counter) override { deferred_check_ = counter; }
   void backward(Kokkos::View<const T*> dy, const ConstViews& params, const GradViews& grads,
                 Kokkos::View<T*> dx) override;
   void release() override;
@@ -57,6 +59,7 @@ class Embedding final : public Layer<T> {
   bool saved_ = false;
   ActShape shape_{};
   Kokkos::View<const std::int32_t*> ids_;  // handle to the forward's ids
+  Kokkos::View<double*> deferred_check_;   // defer_token_check's counter, or empty
 
   // The lookup on validated ids and shapes; saves the forward.
   void embed(Kokkos::View<const std::int32_t*> ids, ActShape shape, const ConstViews& params,

@@ -123,6 +123,14 @@ class Layer {
   /// forward() on int32 token ids; backward() then writes dx (zeros) as usual.
   virtual void forward_tokens(Kokkos::View<const std::int32_t*> ids, ActShape shape,
                               const ConstViews& params, Kokkos::View<T*> y);
+  /// Token-id layers: while `counter` (one device double) is set,
+  /// forward_tokens adds the number of ids outside [0, vocab) to counter(0)
+  /// instead of waiting for the device to check them: the caller reads it
+  /// later and must not use that forward's results (or its backward's
+  /// gradients) when it is not 0. Such ids stand for row 0 meanwhile, so
+  /// nothing outside the table is read or written. An empty View restores the
+  /// synchronous check (kshard::Error from forward_tokens). Others: ignored.
+  virtual void defer_token_check(Kokkos::View<double*> counter) { (void)counter; }
   /// Drops the saved forward (activation buffers stay allocated for reuse).
   virtual void release() {}
   /// Whether decode() (or decode_tokens()) works: rows-independent layers,
