@@ -31,12 +31,7 @@ CATEGORIES = [
     # PyTorch's cross-entropy (log-softmax + NLL) before the attention softmax.
     ("cross-entropy", r"cross_entropy|ce_rows|softmax_xent|logsumexp|cunn_SoftMax|nll_loss"),
     ("attention softmax / mask", r"softmax|Softmax|causal"),
-    # The norms' gain/bias gradients summed over the row kernels' blocks
-    # (kernels/src/column_partials.hpp) before the LayerNorm names and the
-    # fp8 casts, which share add_column_partials.
-    ("norm gain/bias gradient sums", r"NormGainGradient"),
     ("LayerNorm", r"layer_norm|LayerNorm|ln_forward|ln_backward"),
-    ("RMSNorm", r"rms_forward|rms_backward|rms_norm|RMSNorm"),
     ("GELU", r"gelu|Gelu"),
     ("bias add", r"add_row_vector"),
     ("residual add", r"detail::add<|kshard::detail::add|AddOp"),

@@ -11,15 +11,6 @@
 
 namespace kshard::detail {
 
-/// Who sums (a template argument, so that each caller's kernel has its own
-/// name in profiles: bench/profile's categories tell them apart).
-struct Fp8BiasGradient {  ///< an fp8 dy cast's fused bias gradient
-  static constexpr const char* label = "kshard::fp8_dbias_partials";
-};
-struct NormGainGradient {  ///< a norm row kernel's gain (and bias) gradients
-  static constexpr const char* label = "kshard::norm_gain_partials";
-};
-
 inline Kokkos::TeamPolicy<> column_partials_teams(std::int64_t league) {
 #if defined(KOKKOS_ENABLE_CUDA)
   return Kokkos::TeamPolicy<>(static_cast<int>(league), 256);
@@ -35,16 +26,18 @@ inline Kokkos::TeamPolicy<> column_partials_teams(std::int64_t league) {
 /// columns: 8 threads a column, each summing every eighth tile row, then the
 /// 8 sums in order. (compat::for_each_index gives each thread 8 columns, which
 /// left a 2048-column gradient to one block: 46 us a call on the H100.)
-template <class Who>
-void add_column_partials(Kokkos::View<const float*> partials, std::int64_t tiles_r,
-                         std::int64_t cols, Kokkos::View<float*> dbias, bool assign) {
+/// `label` names the kernel in profiles.
+inline void add_column_partials(Kokkos::View<const float*> partials, std::int64_t tiles_r,
+                                std::int64_t cols, Kokkos::View<float*> dbias,
+                                bool assign = false,
+                                const char* label = "kshard::fp8_dbias_partials") {
   constexpr int kCols = 32, kGroups = 8;
   using Member = Kokkos::TeamPolicy<>::member_type;
   using Scratch = Kokkos::View<float*, Kokkos::DefaultExecutionSpace::scratch_memory_space,
                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   if (cols <= 0) return;
   Kokkos::parallel_for(
-      Who::label, column_partials_teams((cols + kCols - 1) / kCols)
+      label, column_partials_teams((cols + kCols - 1) / kCols)
           .set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(kCols * kGroups))),
       KOKKOS_LAMBDA(const Member& team) {
         Scratch part(team.team_scratch(0), kCols * kGroups);

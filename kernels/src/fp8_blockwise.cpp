@@ -339,9 +339,7 @@ void fp8_cast_1x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::i
   launch("kshard::fp8_cast_1x128", x, rows, cols, q.extent(0) ? q.data() : nullptr,
          q_scales.data(), qt.extent(0) ? qt.data() : nullptr, qt_scales.data(),
          sums ? partials.data() : nullptr, false, in, pre.data());
-  if (sums)
-    detail::add_column_partials<detail::Fp8BiasGradient>(partials, rows / kB, cols, dbias,
-                                                         assign_dbias);
+  if (sums) detail::add_column_partials(partials, rows / kB, cols, dbias, assign_dbias);
 }
 
 void fp8_cast_128x128(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_t cols,

@@ -373,9 +373,7 @@ void cast_impl(Kokkos::View<const bfloat16_t*> x, std::int64_t rows, std::int64_
         fp8_teams(tiles_r * tiles_c).set_scratch_size(0, Kokkos::PerTeam(CastTiles<Fp8>::scratch_bytes())),
         f);
   }
-  if (sums)
-    detail::add_column_partials<detail::Fp8BiasGradient>(partials, tiles_r, cols, dbias,
-                                                         assign_dbias);
+  if (sums) detail::add_column_partials(partials, tiles_r, cols, dbias, assign_dbias);
 }
 
 }  // namespace

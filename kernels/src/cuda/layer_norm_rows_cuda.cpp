@@ -218,11 +218,10 @@ bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* 
     check_launch("kshard ln_backward_kernel");
     using Out = Kokkos::View<float*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     const bool assign = write == GradWrite::assign;
-    const std::int64_t blocks = launch.blocks;
-    add_column_partials<NormGainGradient>(part.view<float>(n), blocks, d,
-                                          Out(dgamma, std::size_t(d)), assign);
-    add_column_partials<NormGainGradient>(part.view<float>(n, n * sizeof(float)), blocks, d,
-                                          Out(dbeta, std::size_t(d)), assign);
+    add_column_partials(part.view<float>(n), std::int64_t(launch.blocks), d,
+                        Out(dgamma, std::size_t(d)), assign, "kshard::layer_norm_gain_partials");
+    add_column_partials(part.view<float>(n, n * sizeof(float)), std::int64_t(launch.blocks), d,
+                        Out(dbeta, std::size_t(d)), assign, "kshard::layer_norm_gain_partials");
     return true;
   }
 }

@@ -195,9 +195,10 @@ bool rms_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* rs
               x, gamma, dy, rstd, dx, part.view<float>(n).data(), rows, static_cast<int>(d));
     });
     check_launch("kshard rms_backward_kernel");
-    using Out = Kokkos::View<float*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    add_column_partials<NormGainGradient>(part.view<float>(n), std::int64_t(launch.blocks), d,
-                                          Out(dgamma, std::size_t(d)), write == GradWrite::assign);
+    add_column_partials(part.view<float>(n), std::int64_t(launch.blocks), d,
+                        Kokkos::View<float*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                            dgamma, std::size_t(d)),
+                        write == GradWrite::assign, "kshard::rms_norm_gain_partials");
     return true;
   }
 }
