@@ -56,15 +56,16 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; also
-// dy_xhat = dy * xhat (accumulation type) for the dgamma reduction. (The
-// backend's row kernels, which sum the gradients' columns themselves, are
-// tried first by LayerNorm::backward.)
+// dy_xhat = dy * xhat (accumulation type) for the dgamma reduction.
 template <class T>
 void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::View<const T*> dy,
               Kokkos::View<const accum_t<T>*> mean, Kokkos::View<const accum_t<T>*> rstd,
               Kokkos::View<T*> dx, Kokkos::View<accum_t<T>*> dy_xhat, std::int64_t rows,
               std::int64_t d) {
   using A = accum_t<T>;
+  if (layer_norm_backward_rows<T, A>(x.data(), gamma.data(), dy.data(), mean.data(), rstd.data(),
+                                     dx.data(), dy_xhat.data(), rows, d))
+    return;
   Kokkos::parallel_for(
       "kshard::layer_norm_backward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {
@@ -123,13 +124,8 @@ void LayerNorm<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
                             const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
-  const GradWrite w = this->take_grad_write();
-  // The backend's row kernels write dx and both gradients in one pass.
-  if (detail::layer_norm_backward_rows<T, accum_t<T>>(x_.data(), params[0].data(), dy.data(),
-                                              mean_.data(), rstd_.data(), dx.data(),
-                                              grads[0].data(), grads[1].data(), w, rows, d_))
-    return;
   auto dy_xhat = detail::scratch<accum_t<T>>(rows * d_, "kshard::LayerNorm::dy_xhat");
+  const GradWrite w = this->take_grad_write();
   detail::layer_norm::backward<T>(x_, params[0], dy, mean_, rstd_, dx, dy_xhat.view, rows, d_);
   detail::accumulate_column_sums<accum_t<T>>(dy_xhat.view, rows, d_, grads[0], ones_acc_, w);
   detail::accumulate_column_sums<T>(dy, rows, d_, grads[1], ones_, w);

@@ -45,13 +45,14 @@ void forward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::Vie
 
 // With xhat = x * rstd and g = dy * gamma:
 //   dx = rstd * (g - xhat * mean(g * xhat)),  dy_xhat = dy * xhat (for dgamma).
-// (The backend's row kernels, which sum dgamma's columns themselves, are
-// tried first by RMSNorm::backward.)
 template <class T>
 void backward(Kokkos::View<const T*> x, Kokkos::View<const T*> gamma, Kokkos::View<const T*> dy,
               Kokkos::View<const accum_t<T>*> rstd, Kokkos::View<T*> dx,
               Kokkos::View<accum_t<T>*> dy_xhat, std::int64_t rows, std::int64_t d) {
   using A = accum_t<T>;
+  if (rms_norm_backward_rows<T, A>(x.data(), gamma.data(), dy.data(), rstd.data(), dx.data(),
+                                   dy_xhat.data(), rows, d))
+    return;
   Kokkos::parallel_for(
       "kshard::rms_norm_backward", compat::row_team_policy(rows),
       KOKKOS_LAMBDA(const Team& team) {
@@ -106,13 +107,8 @@ void RMSNorm<T>::backward(Kokkos::View<const T*> dy, const ConstViews& params,
                           const GradViews& grads, Kokkos::View<T*> dx) {
   detail::check_backward<T>(*this, saved_, shape_, dy, params, grads, dx);
   const std::int64_t rows = shape_.rows();
-  const GradWrite w = this->take_grad_write();
-  // The backend's row kernels write dx and dgamma in one pass.
-  if (detail::rms_norm_backward_rows<T, accum_t<T>>(x_.data(), params[0].data(), dy.data(),
-                                            rstd_.data(), dx.data(), grads[0].data(), w, rows,
-                                            d_))
-    return;
   auto dy_xhat = detail::scratch<accum_t<T>>(rows * d_, "kshard::RMSNorm::dy_xhat");
+  const GradWrite w = this->take_grad_write();
   detail::rms_norm::backward<T>(x_, params[0], dy, rstd_, dx, dy_xhat.view, rows, d_);
   detail::accumulate_column_sums<accum_t<T>>(dy_xhat.view, rows, d_, grads[0], ones_acc_, w);
 }

@@ -5,10 +5,7 @@
 // (c * 32 + l) * V .. + V: every load and store is a 16-byte vector and a
 // warp's 32 vectors of one chunk are 512 contiguous bytes (coalesced). The
 // forward reads x once (mean, then centred squares, then y, all from
-// registers); the backward reads x and dy once and sums dy * xhat and dy
-// over the block's 8 rows in shared memory, warp by warp in row order, into
-// one partials row each per block (add_column_partials then sums the blocks
-// in a fixed order into dgamma and dbeta). Statistics are f32 and
+// registers); the backward reads x and dy once. Statistics are f32 and
 // reduced with warp shuffles (butterfly: every lane ends with the same sum,
 // so the result does not depend on which lane reads it). 8 warps (rows) per
 // 256-thread block.
@@ -20,10 +17,8 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "kshard/core/buffer_pool.hpp"
 #include "kshard/kernels/layer_norm_rows.hpp"
 #include "kshard/error.hpp"
-#include "../column_partials.hpp"
 #include "launch.hpp"
 #include "row_vector.hpp"
 #include "kshard/numeric/compute.hpp"
@@ -90,87 +85,52 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// partials: [blocks, d] sums of dy * xhat, then [blocks, d] sums of dy.
-// Dynamic shared memory: 2 d floats (the block's column sums).
 template <class T, int N>
 __global__ void __launch_bounds__(kWarps * 32)
     ln_backward_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
                        const T* __restrict__ dy, const float* __restrict__ mean,
                        const float* __restrict__ rstd, T* __restrict__ dx,
-                       float* __restrict__ partials, std::int64_t rows, int d) {
+                       float* __restrict__ dy_xhat, std::int64_t rows, int d) {
   constexpr int V = kVec<T>;
-  extern __shared__ float4 column_sums4[];
-  float* sums = reinterpret_cast<float*>(column_sums4);  // [2][d]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const std::int64_t r = std::int64_t(blockIdx.x) * kWarps + warp;
-  // Every warp reaches the block's barriers below; one past the last row does
-  // no work (a whole warp: warp_sum's full mask holds). Warp 0's row exists.
-  const bool live = r < rows;
-  const std::int64_t o = live ? r * d : 0;
-  const float mu = live ? mean[r] : 0.f, rs = live ? rstd[r] : 0.f;
+  const std::int64_t r = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const std::int64_t o = r * d;
+  const float mu = mean[r], rs = rstd[r];
   Chunk<T> xc[N], gc[N];
-  if (live) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      xc[i] = load(x + o + (i * 32 + lane) * V);
-      gc[i] = load(dy + o + (i * 32 + lane) * V);
-    }
-    float sg = 0.f, sgx = 0.f;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const Chunk<T> w = load(gamma + (i * 32 + lane) * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float g = to_accum(gc[i].v[j]) * to_accum(w.v[j]);
-        sg += g;
-        sgx += g * ((to_accum(xc[i].v[j]) - mu) * rs);
-      }
-    }
-    const float a = warp_sum(sg) / float(d), b = warp_sum(sgx) / float(d);
-    // Convert x and dy again below rather than keep pass one's f32 copies
-    // live (rms_norm_rows_cuda.cpp: what keeps wide 16-bit rows from spilling).
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      cuda_rows::reload_barrier(xc[i]);
-      cuda_rows::reload_barrier(gc[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const int col = (i * 32 + lane) * V;
-      const Chunk<T> w = load(gamma + col);
-      Chunk<T> out;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float xhat = (to_accum(xc[i].v[j]) - mu) * rs;
-        const float dyv = to_accum(gc[i].v[j]);
-        out.v[j] = from_accum<T>(rs * (dyv * to_accum(w.v[j]) - a - xhat * b));
-      }
-      store(dx + o + col, out);
-    }
-  }  // live
-  // The block's column sums of dy * xhat and of dy, one warp at a time in
-  // row order (a fixed order: the step stays bitwise repeatable).
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp == w && live) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        cuda_rows::reload_barrier(xc[i]);
-        cuda_rows::reload_barrier(gc[i]);
-        float p[V], q[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          q[j] = to_accum(gc[i].v[j]);
-          p[j] = q[j] * ((to_accum(xc[i].v[j]) - mu) * rs);
-        }
-        cuda_rows::add_f32(sums + (i * 32 + lane) * V, p, w == 0);
-        cuda_rows::add_f32(sums + d + (i * 32 + lane) * V, q, w == 0);
-      }
-    }
-    __syncthreads();
+  for (int i = 0; i < N; ++i) {
+    xc[i] = load(x + o + (i * 32 + lane) * V);
+    gc[i] = load(dy + o + (i * 32 + lane) * V);
   }
-  const std::int64_t n = std::int64_t(gridDim.x) * d;
-  cuda_rows::copy_f32(partials + std::int64_t(blockIdx.x) * d, sums, d);
-  cuda_rows::copy_f32(partials + n + std::int64_t(blockIdx.x) * d, sums + d, d);
+  float sg = 0.f, sgx = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const Chunk<T> w = load(gamma + (i * 32 + lane) * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float g = to_accum(gc[i].v[j]) * to_accum(w.v[j]);
+      sg += g;
+      sgx += g * ((to_accum(xc[i].v[j]) - mu) * rs);
+    }
+  }
+  const float a = warp_sum(sg) / float(d), b = warp_sum(sgx) / float(d);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int col = (i * 32 + lane) * V;
+    const Chunk<T> w = load(gamma + col);
+    Chunk<T> out;
+    float p[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float xhat = (to_accum(xc[i].v[j]) - mu) * rs;
+      const float dyv = to_accum(gc[i].v[j]);
+      out.v[j] = from_accum<T>(rs * (dyv * to_accum(w.v[j]) - a - xhat * b));
+      p[j] = dyv * xhat;
+    }
+    store(dx + o + col, out);
+    cuda_rows::store_f32(dy_xhat + o + col, p);
+  }
 }
 
 }  // namespace
@@ -197,31 +157,21 @@ bool layer_norm_forward_rows(const T* x, const T* gamma, const T* beta, T* y, A*
 
 template <class T, class A>
 bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* mean,
-                              const A* rstd, T* dx, A* dgamma, A* dbeta, GradWrite write,
-                              std::int64_t rows, std::int64_t d) {
+                              const A* rstd, T* dx, A* dy_xhat, std::int64_t rows,
+                              std::int64_t d) {
   if constexpr (std::is_same_v<T, double>) {
     return false;
   } else {
-    const auto launch = cuda_rows::row_launch<T, kMaxChunks, kWarps>(rows, d, x, gamma, dy, dx);
+    const auto launch =
+        cuda_rows::row_launch<T, kMaxChunks, kWarps>(rows, d, x, gamma, dy, dx, dy_xhat);
     if (!launch) return false;
-    // Two partials rows per block: 1/4 of the [rows, d] f32 dy * xhat this
-    // replaces, back to the pool once the sums below are queued.
-    const std::size_t n = std::size_t(launch.blocks) * std::size_t(d);
-    memory::Block part = memory::acquire(2 * n * sizeof(float), "kshard::layer_norm.gain_partials");
     cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
     cuda_rows::with_chunks<1, kMaxChunks>(launch.chunks, [&](auto nc) {
       ln_backward_kernel<T, decltype(nc)::value>
-          <<<launch.blocks, kWarps * 32, 2 * std::size_t(d) * sizeof(float), stream>>>(
-              x, gamma, dy, mean, rstd, dx, part.view<float>(2 * n).data(), rows,
-              static_cast<int>(d));
+          <<<launch.blocks, kWarps * 32, 0, stream>>>(
+              x, gamma, dy, mean, rstd, dx, dy_xhat, rows, static_cast<int>(d));
     });
     check_launch("kshard ln_backward_kernel");
-    using Out = Kokkos::View<float*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    const bool assign = write == GradWrite::assign;
-    add_column_partials(part.view<float>(n), std::int64_t(launch.blocks), d,
-                        Out(dgamma, std::size_t(d)), assign, "kshard::layer_norm_gain_partials");
-    add_column_partials(part.view<float>(n, n * sizeof(float)), std::int64_t(launch.blocks), d,
-                        Out(dbeta, std::size_t(d)), assign, "kshard::layer_norm_gain_partials");
     return true;
   }
 }

@@ -5,11 +5,8 @@
 // (c * 32 + l) * V .. + V: every load and store is a 16-byte vector and a
 // warp's 32 vectors of one chunk are 512 contiguous bytes (coalesced). The
 // forward reads x once (sum of squares, then y, from registers); the backward
-// reads x and dy once (sum of g * xhat, then dx) and sums dy * xhat over
-// the block's 8 rows in shared memory, warp by warp in row order, into one
-// partials row per block; add_column_partials then sums the blocks in a fixed
-// order into dgamma. Statistics are f32, reduced with warp shuffles. 8 warps
-// (rows) per 256-thread block.
+// reads x and dy once (sum of g * xhat, then dx and dy * xhat). Statistics
+// are f32, reduced with warp shuffles. 8 warps (rows) per 256-thread block.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,10 +14,8 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "kshard/core/buffer_pool.hpp"
 #include "kshard/kernels/rms_norm_rows.hpp"
 #include "kshard/numeric/compute.hpp"
-#include "../column_partials.hpp"
 #include "launch.hpp"
 #include "row_vector.hpp"
 
@@ -77,81 +72,59 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // With xhat = x * rstd and g = dy * gamma:
-//   dx = rstd * (g - xhat * mean(g * xhat)),
-//   partials[block, c] = sum over the block's rows of dy * xhat (f32).
-// Dynamic shared memory: d floats (the block's column sums).
+//   dx = rstd * (g - xhat * mean(g * xhat)),  dy_xhat = dy * xhat (f32).
 template <class T, int N>
 __global__ void __launch_bounds__(kWarps * 32)
     rms_backward_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
                         const T* __restrict__ dy, const float* __restrict__ rstd,
-                        T* __restrict__ dx, float* __restrict__ partials, std::int64_t rows,
+                        T* __restrict__ dx, float* __restrict__ dy_xhat, std::int64_t rows,
                         int d) {
   constexpr int V = kVec<T>;
-  extern __shared__ float4 column_sums4[];
-  float* sums = reinterpret_cast<float*>(column_sums4);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const std::int64_t r = std::int64_t(blockIdx.x) * kWarps + warp;
-  // Every warp reaches the block's barriers below; one past the last row does
-  // no work (a whole warp: warp_sum's full mask holds). Warp 0's row exists.
-  const bool live = r < rows;
-  const std::int64_t o = live ? r * d : 0;
-  const float rs = live ? rstd[r] : 0.f;
+  const std::int64_t r = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const std::int64_t o = r * d;
+  const float rs = rstd[r];
   Chunk<T> xc[N], gc[N];
-  if (live) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      xc[i] = load(x + o + (i * 32 + lane) * V);
-      gc[i] = load(dy + o + (i * 32 + lane) * V);
-    }
-    float sgx = 0.f;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const Chunk<T> w = load(gamma + (i * 32 + lane) * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        sgx += to_accum(gc[i].v[j]) * to_accum(w.v[j]) * to_accum(xc[i].v[j]) * rs;
-    }
-    const float b = warp_sum(sgx) / float(d);
-    // Convert x and dy again below rather than keep pass one's f32 copies live:
-    // without this the 16-bit rows of 10+ chunks spill (ptxas -v, CUDA 13,
-    // sm_80: bf16 at 16 chunks 856 bytes per thread, f16 288; with it bf16 80,
-    // f16 none). Values and rounding are unchanged.
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      cuda_rows::reload_barrier(xc[i]);
-      cuda_rows::reload_barrier(gc[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const int col = (i * 32 + lane) * V;
-      const Chunk<T> w = load(gamma + col);
-      Chunk<T> out;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float xhat = to_accum(xc[i].v[j]) * rs;
-        const float dyv = to_accum(gc[i].v[j]);
-        out.v[j] = from_accum<T>(rs * (dyv * to_accum(w.v[j]) - xhat * b));
-      }
-      store(dx + o + col, out);
-    }
-  }  // live
-  // The block's column sums of dy * xhat, one warp at a time in row order
-  // (a fixed order: the step stays bitwise repeatable).
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp == w && live) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        cuda_rows::reload_barrier(xc[i]);
-        cuda_rows::reload_barrier(gc[i]);
-        float p[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) p[j] = to_accum(gc[i].v[j]) * (to_accum(xc[i].v[j]) * rs);
-        cuda_rows::add_f32(sums + (i * 32 + lane) * V, p, w == 0);
-      }
-    }
-    __syncthreads();
+  for (int i = 0; i < N; ++i) {
+    xc[i] = load(x + o + (i * 32 + lane) * V);
+    gc[i] = load(dy + o + (i * 32 + lane) * V);
   }
-  cuda_rows::copy_f32(partials + std::int64_t(blockIdx.x) * d, sums, d);
+  float sgx = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const Chunk<T> w = load(gamma + (i * 32 + lane) * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      sgx += to_accum(gc[i].v[j]) * to_accum(w.v[j]) * to_accum(xc[i].v[j]) * rs;
+  }
+  const float b = warp_sum(sgx) / float(d);
+  // Convert x and dy again below rather than keep pass one's f32 copies live:
+  // without this the 16-bit rows of 10+ chunks spill (ptxas -v, CUDA 13,
+  // sm_80: bf16 at 16 chunks 856 bytes per thread, f16 288; with it bf16 80,
+  // f16 none). Values and rounding are unchanged.
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    cuda_rows::reload_barrier(xc[i]);
+    cuda_rows::reload_barrier(gc[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int col = (i * 32 + lane) * V;
+    const Chunk<T> w = load(gamma + col);
+    Chunk<T> out;
+    float p[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float xhat = to_accum(xc[i].v[j]) * rs;
+      const float dyv = to_accum(gc[i].v[j]);
+      out.v[j] = from_accum<T>(rs * (dyv * to_accum(w.v[j]) - xhat * b));
+      p[j] = dyv * xhat;
+    }
+    store(dx + o + col, out);
+    cuda_rows::store_f32(dy_xhat + o + col, p);
+  }
 }
 
 }  // namespace
@@ -178,27 +151,20 @@ bool rms_norm_forward_rows(const T* x, const T* gamma, T* y, A* rstd, std::int64
 
 template <class T, class A>
 bool rms_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* rstd, T* dx,
-                            A* dgamma, GradWrite write, std::int64_t rows, std::int64_t d) {
+                            A* dy_xhat, std::int64_t rows, std::int64_t d) {
   if constexpr (std::is_same_v<T, double>) {
     return false;
   } else {
-    const auto launch = cuda_rows::row_launch<T, kMaxChunks, kWarps>(rows, d, x, gamma, dy, dx);
+    const auto launch =
+        cuda_rows::row_launch<T, kMaxChunks, kWarps>(rows, d, x, gamma, dy, dx, dy_xhat);
     if (!launch) return false;
-    // One partials row per block: 1/8 of the [rows, d] f32 dy * xhat this
-    // replaces, back to the pool once the sums below are queued.
-    const std::size_t n = std::size_t(launch.blocks) * std::size_t(d);
-    memory::Block part = memory::acquire(n * sizeof(float), "kshard::rms_norm.gain_partials");
     cudaStream_t stream = Kokkos::DefaultExecutionSpace().cuda_stream();
     cuda_rows::with_chunks<1, kMaxChunks>(launch.chunks, [&](auto nc) {
       rms_backward_kernel<T, decltype(nc)::value>
-          <<<launch.blocks, kWarps * 32, std::size_t(d) * sizeof(float), stream>>>(
-              x, gamma, dy, rstd, dx, part.view<float>(n).data(), rows, static_cast<int>(d));
+          <<<launch.blocks, kWarps * 32, 0, stream>>>(
+              x, gamma, dy, rstd, dx, dy_xhat, rows, static_cast<int>(d));
     });
     check_launch("kshard rms_backward_kernel");
-    add_column_partials(part.view<float>(n), std::int64_t(launch.blocks), d,
-                        Kokkos::View<float*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                            dgamma, std::size_t(d)),
-                        write == GradWrite::assign, "kshard::rms_norm_gain_partials");
     return true;
   }
 }

@@ -61,30 +61,6 @@ __device__ __forceinline__ void store_f32(float* p, const float (&v)[V]) {
     *reinterpret_cast<float4*>(p + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
 }
 
-/// acc[0..V) = v (first) or += v, as 16-byte vectors (acc in shared memory,
-/// 16-byte aligned; V a multiple of 4): a warp's turn in a block's column sums.
-template <int V>
-__device__ __forceinline__ void add_f32(float* acc, const float (&v)[V], bool first) {
-  static_assert(V % 4 == 0, "whole 16-byte vectors");
-#pragma unroll
-  for (int j = 0; j < V; j += 4) {
-    float4* p = reinterpret_cast<float4*>(acc + j);
-    float4 a = first ? make_float4(0.f, 0.f, 0.f, 0.f) : *p;
-    a.x += v[j];
-    a.y += v[j + 1];
-    a.z += v[j + 2];
-    a.w += v[j + 3];
-    *p = a;
-  }
-}
-
-/// Copies n floats (n a multiple of 4, both 16-byte aligned) with a block's
-/// threads: a block's column sums from shared memory to its partials row.
-__device__ __forceinline__ void copy_f32(float* dst, const float* src, int n) {
-  for (int c = int(threadIdx.x) * 4; c < n; c += int(blockDim.x) * 4)
-    *reinterpret_cast<float4*>(dst + c) = *reinterpret_cast<const float4*>(src + c);
-}
-
 /// The sum over a warp's 32 lanes (butterfly: every lane ends with the same
 /// sum, so the result does not depend on which lane reads it).
 __device__ __forceinline__ float warp_sum(float s) {

@@ -14,8 +14,8 @@ bool layer_norm_forward_rows(const T*, const T*, const T*, T*, A*, A*, std::int6
 }
 
 template <class T, class A>
-bool layer_norm_backward_rows(const T*, const T*, const T*, const A*, const A*, T*, A*, A*,
-                              GradWrite, std::int64_t, std::int64_t) {
+bool layer_norm_backward_rows(const T*, const T*, const T*, const A*, const A*, T*, A*,
+                              std::int64_t, std::int64_t) {
   return false;
 }
 

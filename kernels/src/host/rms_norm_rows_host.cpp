@@ -13,8 +13,8 @@ bool rms_norm_forward_rows(const T*, const T*, T*, A*, std::int64_t, std::int64_
 }
 
 template <class T, class A>
-bool rms_norm_backward_rows(const T*, const T*, const T*, const A*, T*, A*, GradWrite,
-                            std::int64_t, std::int64_t) {
+bool rms_norm_backward_rows(const T*, const T*, const T*, const A*, T*, A*, std::int64_t,
+                            std::int64_t) {
   return false;
 }
 

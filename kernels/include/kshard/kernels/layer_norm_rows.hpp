@@ -1,6 +1,6 @@
 #pragma once
-// LayerNorm's row kernels (forward: y, mean, rstd; backward: dx and the
-// gamma and beta gradients) where the backend has a faster one than
+// LayerNorm's row kernels (forward: y, mean, rstd; backward: dx and
+// dy * xhat for the gamma gradient) where the backend has a faster one than
 // the portable Kokkos team kernels of layer_norm.cpp. For the engine's layers (kshard::detail: not a user API).
 //
 // CUDA: one warp per row, the row held in registers (16-byte loads), so x and
@@ -11,14 +11,8 @@
 // types, 128 .. 2048 for f32) with 16-byte-aligned pointers; everything else,
 // and every host build, runs the portable kernels (the backend declines).
 // Same arithmetic as the portable kernels (f32 statistics, two-pass variance,
-// one rounding per stored element), a different summation order. The
-// backward sums the gain and bias gradients' columns itself (per block of 8
-// rows in row order into a small partials buffer, then over the blocks in a
-// fixed order): no [rows, d] f32 dy * xhat written and read back, and no
-// second read of dy, by column-sum GEMVs.
+// one rounding per stored element), a different summation order.
 #include <cstdint>
-
-#include "kshard/kernels/grad_write.hpp"
 
 namespace kshard::detail {
 
@@ -27,14 +21,12 @@ template <class T, class A>
 bool layer_norm_forward_rows(const T* x, const T* gamma, const T* beta, T* y, A* mean, A* rstd,
                              std::int64_t rows, std::int64_t d, double eps);
 
-/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma,
-/// dgamma[c] += sum over rows of dy * xhat and dbeta[c] += sum over rows of
-/// dy (f32; = with GradWrite::assign). Returns false when the backend
-/// declines (nothing ran).
+/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, and
+/// dy_xhat = dy * xhat (f32). Returns false when the backend declines.
 template <class T, class A>
 bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* mean,
-                              const A* rstd, T* dx, A* dgamma, A* dbeta, GradWrite write,
-                              std::int64_t rows, std::int64_t d);
+                              const A* rstd, T* dx, A* dy_xhat, std::int64_t rows,
+                              std::int64_t d);
 
 }  // namespace kshard::detail
 
@@ -46,5 +38,5 @@ bool layer_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* 
                                                        std::int64_t, std::int64_t, double);  \
   template bool layer_norm_backward_rows<T, accum_t<T>>(const T*, const T*, const T*,       \
                                                         const accum_t<T>*, const accum_t<T>*, \
-                                                        T*, accum_t<T>*, accum_t<T>*,         \
-                                                        GradWrite, std::int64_t, std::int64_t);
+                                                        T*, accum_t<T>*, std::int64_t,        \
+                                                        std::int64_t);

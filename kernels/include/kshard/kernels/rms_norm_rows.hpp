@@ -1,6 +1,6 @@
 #pragma once
-// RMSNorm's row kernels (forward: y, rstd; backward: dx and the gamma
-// gradient) where the backend has a faster one than the portable Kokkos
+// RMSNorm's row kernels (forward: y, rstd; backward: dx and dy * xhat for the
+// gamma gradient) where the backend has a faster one than the portable Kokkos
 // team kernels of rms_norm.cpp. For the engine's layers (kshard::detail: not
 // a user API).
 //
@@ -12,13 +12,8 @@
 // types, 128 .. 2048 for f32) with 16-byte-aligned pointers; everything else,
 // and every host build, runs the portable kernels (the backend declines).
 // Same arithmetic as the portable kernels (f32 statistics, one rounding per
-// stored element), a different summation order. The backward sums the gain
-// gradient's columns itself (per block of 8 rows in row order into a small
-// partials buffer, then over the blocks in a fixed order): no [rows, d] f32
-// dy * xhat written and read back by a column-sum GEMV.
+// stored element), a different summation order.
 #include <cstdint>
-
-#include "kshard/kernels/grad_write.hpp"
 
 namespace kshard::detail {
 
@@ -29,11 +24,11 @@ bool rms_norm_forward_rows(const T* x, const T* gamma, T* y, A* rstd, std::int64
                            std::int64_t d, double eps);
 
 /// dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma, xhat = x * rstd,
-/// and dgamma[c] += sum over rows of dy * xhat (accumulation type; = with
-/// GradWrite::assign). Returns false when the backend declines (nothing ran).
+/// and dy_xhat = dy * xhat (accumulation type). Returns false when the
+/// backend declines.
 template <class T, class A>
 bool rms_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* rstd, T* dx,
-                            A* dgamma, GradWrite write, std::int64_t rows, std::int64_t d);
+                            A* dy_xhat, std::int64_t rows, std::int64_t d);
 
 }  // namespace kshard::detail
 
@@ -44,4 +39,4 @@ bool rms_norm_backward_rows(const T* x, const T* gamma, const T* dy, const A* rs
                                                      std::int64_t, std::int64_t, double);   \
   template bool rms_norm_backward_rows<T, accum_t<T>>(const T*, const T*, const T*,         \
                                                       const accum_t<T>*, T*, accum_t<T>*,   \
-                                                      GradWrite, std::int64_t, std::int64_t);
+                                                      std::int64_t, std::int64_t);
