@@ -708,9 +708,16 @@ PreparedStep FsdpModel::prepare_optimizer_step() {
         total(0) = sum;
         total(1) = nonfinite;
       });
+  // Into a host buffer kept for it: create_mirror_view_and_copy would read
+  // the device View's label first (Kokkos keeps it in the allocation's header
+  // on the device), a second blocking copy, measured as one more wait per step.
   const std::size_t n = 3 + 3 * queued.size();
-  auto h = Kokkos::create_mirror_view_and_copy(
-      Kokkos::HostSpace(), Kokkos::subview(stats_total_, std::make_pair(std::size_t(0), n)));
+  if (stats_host_.extent(0) < n)
+    stats_host_ = Kokkos::View<double*, Kokkos::HostSpace>("kshard.fsdp.grad_stats_host",
+                                                           stats_total_.extent(0));
+  const auto range = std::make_pair(std::size_t(0), n);
+  const auto h = Kokkos::subview(stats_host_, range);
+  Kokkos::deep_copy(h, Kokkos::subview(stats_total_, range));
   PreparedStep r{GradShardStats{h(0), std::int64_t(h(1))}, {}};
   if (!queued.empty() && h(2) != 0)
     throw Error("queue_forward_backward_ce (" + std::to_string(queued.size()) +

@@ -240,6 +240,7 @@ class FsdpModel {
   };
   std::vector<QueuedLoss> queued_;
   Kokkos::View<std::uintptr_t*> stats_sources_;  // each group's grad_stats_device() address
+  Kokkos::View<double*, Kokkos::HostSpace> stats_host_;  // where the one copy lands
   std::unique_ptr<Fp8AmaxHistory> fp8_history_;  // delayed fp8 scaling only
 };
 
