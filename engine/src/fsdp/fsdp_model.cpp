@@ -548,7 +548,8 @@ FsdpModel::FsdpModel(FsdpModel&&) noexcept = default;
 FsdpModel& FsdpModel::operator=(FsdpModel&&) noexcept = default;
 
 void FsdpModel::build_groups() {
-  stats_total_ = Kokkos::View<double*>("kshard.fsdp.grad_stats_total", 2);
+  // Totals, the bad-id count and room for 8 queued losses (it grows).
+  stats_total_ = Kokkos::View<double*>("kshard.fsdp.grad_stats_total", 3 + 3 * 8);
   for (std::size_t i = 0; i < core_->size(); ++i) {
     const auto& li = core_->info(i);
     if (i > 0 && li.in_features != core_->info(i - 1).out_features)
