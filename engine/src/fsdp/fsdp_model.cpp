@@ -647,7 +647,7 @@ void FsdpModel::queue_forward_backward_ce(Kokkos::View<const std::int32_t*> ids,
   // The scratch holds the statistics' totals, the queued calls' count of bad
   // token ids, then slot k of the queue: doubles [3 + 3k, 6 + 3k). It grows
   // (copying what is queued) when full: a few times in a run at most.
-  const std::size_t k = queued_.size();
+  const std::size_t k = queued_rows_.size();
   const std::size_t need = 3 + 3 * (k + 1);
   if (stats_total_.extent(0) < need) {
     Kokkos::View<double*> grown("kshard.fsdp.grad_stats_total",
@@ -670,8 +670,7 @@ void FsdpModel::queue_forward_backward_ce(Kokkos::View<const std::int32_t*> ids,
       groups_, options_, detail::ModelInput::tokens(ids), shape,
       L{L::Kind::cross_entropy, {}, targets, Kokkos::subview(stats_total_, std::make_pair(need - 3, need))},
       grad_scale, sync);
-  queued_.push_back({shape.rows(), core_->info(core_->size() - 1).out_features,
-                     core_->info(0).takes_token_ids ? core_->info(0).specs.at(0).shape.at(0) : 0});
+  queued_rows_.push_back(shape.rows());
 }
 
 void FsdpModel::zero_grad() {
@@ -682,8 +681,8 @@ PreparedStep FsdpModel::prepare_optimizer_step() {
   // The groups' statistics are summed on the device, in stream order, and come
   // to the host in ONE copy with the queued losses: the step's only wait for
   // the backward pass.
-  const std::vector<QueuedLoss> queued = std::move(queued_);
-  queued_.clear();
+  const std::vector<std::int64_t> queued = std::move(queued_rows_);
+  queued_rows_.clear();
   for (auto& g : groups_)
     g.settle_grad();  // a shard still pending zero (no reduction since zero_grad) is zeroed now
   // One kernel totals the groups' statistics in group order (their Views live
@@ -724,15 +723,16 @@ PreparedStep FsdpModel::prepare_optimizer_step() {
     throw Error("queue_forward_backward_ce (" + std::to_string(queued.size()) +
                     " calls since the last optimizer step): " +
                     std::to_string(std::int64_t(h(2))) + " token ids are not integers in [0, " +
-                    std::to_string(queued.front().vocab_in) + ")",
+                    std::to_string(core_->info(0).specs.at(0).shape.at(0)) + ")",
                 "every id an integer in [0, vocab)");
   for (std::size_t k = 0; k < queued.size(); ++k) {
     const double bad = h(3 + 3 * k + 2);
     if (bad != 0)
       throw Error("queue_forward_backward_ce (call " + std::to_string(k + 1) + " of " +
                       std::to_string(queued.size()) + " since the last optimizer step, rows=" +
-                      std::to_string(queued[k].rows) + ", vocab=" +
-                      std::to_string(queued[k].vocab) + "): " + std::to_string(std::int64_t(bad)) +
+                      std::to_string(queued[k]) + ", vocab=" +
+                      std::to_string(core_->info(core_->size() - 1).out_features) + "): " +
+                      std::to_string(std::int64_t(bad)) +
                       " targets are >= vocab",
                   "targets in [0, vocab), or negative to ignore a row");
     r.losses.push_back(h(3 + 3 * k));

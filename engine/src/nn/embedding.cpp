@@ -139,6 +139,10 @@ void backward(Kokkos::View<const std::int32_t*> ids, Kokkos::View<const T*> dy,
       });
 }
 
+// An atomic count rather than a Kokkos reduction: bad ids are rare, so the
+// atomics almost never run, and Kokkos 3.4's CUDA reduction exchanges partial
+// sums in shared memory without warp synchronisation, which
+// compute-sanitizer's racecheck reports as hazards in every training step.
 void count_bad_ids_into(Kokkos::View<const std::int32_t*> ids, std::int64_t vocab,
                         Kokkos::View<double*> counter) {
   compat::for_each_index(
@@ -148,22 +152,14 @@ void count_bad_ids_into(Kokkos::View<const std::int32_t*> ids, std::int64_t voca
       });
 }
 
+// The same count, waited for.
 std::int64_t count_bad_ids(Kokkos::View<const std::int32_t*> ids, std::int64_t vocab) {
-  // An atomic count rather than a Kokkos reduction: bad ids are rare, so the
-  // atomics almost never run, and Kokkos 3.4's CUDA reduction exchanges
-  // partial sums in shared memory without warp synchronisation, which
-  // compute-sanitizer's racecheck reports as hazards in every training step.
-  memory::Block block = memory::acquire(sizeof(unsigned long long), "kshard::embedding_bad_ids");
-  const Kokkos::View<unsigned long long, Kokkos::MemoryTraits<Kokkos::Unmanaged>> count(
-      reinterpret_cast<unsigned long long*>(block.data()));
-  Kokkos::deep_copy(count, 0ull);
-  compat::for_each_index(
-      "kshard::embedding_check_ids", static_cast<std::int64_t>(ids.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t r) {
-        if (!(ids(r) >= 0 && ids(r) < vocab)) Kokkos::atomic_add(&count(), 1ull);
-      });
-  unsigned long long bad = 0;
-  Kokkos::deep_copy(bad, count);  // fences
+  memory::Block block = memory::acquire(sizeof(double), "kshard::embedding_bad_ids");
+  const auto count = block.view<double>(1);
+  Kokkos::deep_copy(count, 0.0);
+  count_bad_ids_into(ids, vocab, count);
+  double bad = 0;
+  Kokkos::deep_copy(bad, Kokkos::subview(count, 0));  // fences
   return static_cast<std::int64_t>(bad);
 }
 

@@ -235,10 +235,7 @@ class FsdpModel {
   // doubles), the queued calls' bad token ids (1), then 3 per queued loss
   // ({mean, counted rows, bad targets}).
   Kokkos::View<double*> stats_total_;
-  struct QueuedLoss {
-    std::int64_t rows, vocab, vocab_in;  // vocab_in: the embedding's table rows
-  };
-  std::vector<QueuedLoss> queued_;
+  std::vector<std::int64_t> queued_rows_;  // rows of each queued call, in order
   Kokkos::View<std::uintptr_t*> stats_sources_;  // each group's grad_stats_device() address
   Kokkos::View<double*, Kokkos::HostSpace> stats_host_;  // where the one copy lands
   std::unique_ptr<Fp8AmaxHistory> fp8_history_;  // delayed fp8 scaling only
